@@ -1,0 +1,107 @@
+//! Þund's checkpoints: operator state as Parquet epochs plus a JSON manifest
+//! over any [`object_store`] backend.
+//!
+//! # Role and boundary
+//!
+//! This crate stores Arrow [`RecordBatch`](arrow::record_batch::RecordBatch)es
+//! and a manifest with a crash-safe commit protocol, and decides which epoch a
+//! restarted process resumes from. It knows no timely, no differential, no SQL
+//! and no DataFusion: the engine hands it batches and opaque metadata (a
+//! fingerprint it computed, watermarks, offsets, counters) and gets them back.
+//! The protocol is pure logic ([`decide_resume`], [`plan_gc`], [`paths`]) with
+//! I/O at the edge ([`CheckpointStore`], [`Writer`]); sync callers use
+//! [`BlockingCheckpointStore`].
+//!
+//! # Layout
+//!
+//! ```text
+//! {state_root}/{view}/
+//!   epoch=000007/
+//!     operator-{op}-w{worker}.parquet   state of one operator on one worker
+//!     _thund_checkpoint.json            manifest; written last = commit point
+//!   epoch=000008/...
+//!   _thund_latest.json                  pointer to the newest COMMITTED epoch
+//!   _thund_writer.json                  the writer's lease (fencing)
+//! ```
+//!
+//! State files are plain Parquet (zstd, Arrow schema embedded, `thund.*`
+//! footer metadata): DataFusion or DuckDB can query
+//! `{state_root}/{view}/epoch=*/operator-*.parquet` directly. Which files make
+//! up an epoch is only ever what its manifest lists: an incremental epoch
+//! references files written by earlier epochs.
+//!
+//! # Protocol
+//!
+//! * **Commit order** ([`Writer::write_epoch`]): state files (conditional
+//!   create) → manifest (conditional create; the commit point) → latest
+//!   pointer (overwrite). A crash between any two writes leaves an epoch
+//!   without a manifest, which recovery ignores. Nothing is ever overwritten
+//!   except the pointer.
+//! * **Recovery** ([`CheckpointStore::load`]): the newest epoch with a valid
+//!   manifest whose files all read back with the recorded sizes and row
+//!   counts. A missing or corrupt epoch falls back to the previous committed
+//!   one *loudly* ([`Loaded::fell_back_from`]). Epoch directories with no
+//!   usable manifest when something was committed are an error
+//!   ([`Error::NoCommittedEpoch`]), never a silent cold start. A fingerprint
+//!   mismatch is [`Error::FingerprintMismatch`].
+//! * **Fencing** ([`lease`]): one writer per view, by a lease file created
+//!   conditionally; stale leases of crashed processes can be taken over.
+//! * **Retention** ([`Writer::gc`]): keeps the newest N committed epochs
+//!   (default 2) and every file they reference.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use arrow::array::{Int64Array, StringArray};
+//! use arrow::record_batch::RecordBatch;
+//! use thund_checkpoint::{CheckpointStore, EpochMeta, NewFile};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+//! let store = CheckpointStore::open("memory://doc-example")?;
+//! let mut writer = store.acquire("clicks").await?;
+//! let state = RecordBatch::try_from_iter([
+//!     ("key", Arc::new(StringArray::from(vec!["a", "b"])) as _),
+//!     ("count", Arc::new(Int64Array::from(vec![3, 4])) as _),
+//! ])?;
+//! let mut meta = EpochMeta::new("fingerprint-of-the-view");
+//! meta.watermark = Some(60_000);
+//! let committed = writer
+//!     .write_epoch(1, vec![NewFile::new("count", 0, vec![state])], vec![], meta)
+//!     .await?;
+//! assert_eq!(committed.files[0].path, "epoch=000001/operator-count-w0.parquet");
+//! writer.release().await?;
+//!
+//! let loaded = store.load_expecting("clicks", "fingerprint-of-the-view").await?;
+//! let loaded = loaded.expect("epoch 1 is committed");
+//! assert_eq!((loaded.epoch(), loaded.rows("count")), (1, 2));
+//! assert!(!loaded.fell_back());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })
+//! # }
+//! ```
+#![warn(missing_docs)]
+
+pub mod blocking;
+pub mod decision;
+mod error;
+pub mod lease;
+pub mod manifest;
+mod parquet_io;
+pub mod paths;
+mod store;
+
+pub use blocking::{BlockingCheckpointStore, BlockingWriter};
+pub use decision::{
+    decide_resume, plan_gc, EpochListing, GcPlan, Listing, ManifestState, PointerState,
+    ResumeDecision, ResumePlan, SkipReason, SkippedEpoch,
+};
+pub use error::{Error, Result};
+pub use lease::{LeaseInfo, Takeover};
+pub use manifest::{
+    Counters, EpochMeta, EpochStatus, FileEntry, LatestPointer, Manifest, SourceState,
+    FORMAT_VERSION,
+};
+pub use parquet_io::meta_keys;
+pub use store::{CheckpointStore, GcReport, Loaded, LoadedFile, NewFile, Writer, DEFAULT_RETAIN};

@@ -1,0 +1,57 @@
+//! Rendering: builds the windowed-aggregate dataflow in one worker.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use differential_dataflow::input::{Input, InputSession};
+use timely::dataflow::ProbeHandle;
+use timely::worker::Worker;
+
+use crate::agg::AggKind;
+use crate::diff::Acc;
+use crate::open::OpenWindows;
+use crate::operators::{collect_changes, evict_at_window_end};
+use crate::time::Time;
+use crate::typedefs::{arrange, NamedTrace, WindowKey};
+
+/// Name of the windowed-aggregate arrangement.
+pub(crate) const ARRANGEMENT: &str = "WindowedAggregate";
+
+/// One worker's handles on its instance of the dataflow.
+pub(crate) struct Rendered {
+    /// Timely's identifier of the dataflow (to drop it on abort).
+    pub(crate) index: usize,
+    /// Where contributions enter, at the current time.
+    pub(crate) input: InputSession<Time, WindowKey, Acc>,
+    /// The arrangement of `(window, key) -> Acc`.
+    pub(crate) trace: NamedTrace,
+    /// Passes a time once the arrangement's output before it is folded into `open`.
+    pub(crate) probe: ProbeHandle<Time>,
+    /// Current states of this worker's open windows.
+    pub(crate) open: Rc<RefCell<OpenWindows>>,
+}
+
+/// Builds `input -> evict at window end -> arrange by (window, key) -> collect` in `worker`.
+///
+/// Contributions enter at the current input time with the window in the key, so every open
+/// window's state is in the trace (readable for snapshots) once the input moves past it; the
+/// eviction retracts each contribution at its window's end, so the trace keeps only open
+/// windows once its compaction frontier passes their ends.
+pub(crate) fn render(worker: &mut Worker, kinds: Vec<AggKind>) -> Rendered {
+    let open = Rc::new(RefCell::new(OpenWindows::new(kinds)));
+    let index = worker.next_dataflow_index();
+    let sink = Rc::clone(&open);
+    let (input, trace, probe) = worker.dataflow_named::<Time, _, _>("thund-windowed-aggregate", |scope| {
+        let (input, contributions) = scope.new_collection::<WindowKey, Acc>();
+        let (arranged, trace) = arrange(ARRANGEMENT, evict_at_window_end(contributions));
+        let probe = collect_changes(arranged, sink);
+        (input, trace, probe)
+    });
+    Rendered {
+        index,
+        input,
+        trace,
+        probe,
+        open,
+    }
+}

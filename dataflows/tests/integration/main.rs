@@ -1,0 +1,8 @@
+//! Integration tests of the windowed-aggregate dataflow: the law against an oracle, bounded
+//! state, snapshot/restore across worker counts, and errors.
+
+mod bounded_state;
+mod common;
+mod errors;
+mod law;
+mod snapshot_restore;

@@ -1,0 +1,540 @@
+//! View specs: what a user declares — SQL, sources, watermark, window, output mode.
+//!
+//! A [`ViewSpec`] is built in Rust ([`ViewSpec::builder`]) or read from TOML
+//! ([`ViewSpec::from_toml`]). Checks that need no schema happen here;
+//! [`crate::Engine::create_view`] checks the rest (columns, types, SQL).
+
+use std::path::Path;
+use std::time::Duration;
+
+use arrow::datatypes::SchemaRef;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// What a view emits at each trigger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputMode {
+    /// Each closed window's rows exactly once, final.
+    #[default]
+    Append,
+    /// The rows whose value changed since the last trigger, open windows too,
+    /// with a boolean `final` column.
+    Update,
+    /// The whole current view at every trigger.
+    Complete,
+}
+
+/// Which path runs the view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecMode {
+    /// The incremental path when the query's shape allows it, recompute otherwise.
+    #[default]
+    Auto,
+    /// Always the DataFusion recompute path (to compare the two paths).
+    Recompute,
+}
+
+/// The kind of event-time window.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WindowKind {
+    /// Fixed, non-overlapping windows `[k·size, (k+1)·size)`.
+    Tumbling {
+        /// Window length.
+        size: Duration,
+    },
+    /// Overlapping windows `[s, s+size)` for every `s` that is a multiple of `slide`.
+    Hopping {
+        /// Window length.
+        size: Duration,
+        /// Distance between window starts (at most `size`).
+        slide: Duration,
+    },
+    /// Per-key sessions: rows of one key closer than `gap` merge; a session
+    /// `[first, last + gap)` closes when the watermark reaches its end.
+    Session {
+        /// Inactivity gap.
+        gap: Duration,
+        /// The source columns that form the session key (empty = one global session stream).
+        key: Vec<String>,
+    },
+}
+
+/// An event-time window: its kind and an offset that shifts its alignment
+/// away from the Unix epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowSpec {
+    /// Tumbling, hopping or session.
+    pub kind: WindowKind,
+    /// Shift of the window grid (tumbling and hopping); zero by default.
+    pub offset: Duration,
+}
+
+impl WindowSpec {
+    /// Tumbling windows of `size`.
+    pub fn tumbling(size: Duration) -> Self {
+        WindowSpec {
+            kind: WindowKind::Tumbling { size },
+            offset: Duration::ZERO,
+        }
+    }
+    /// Hopping windows of `size` every `slide`.
+    pub fn hopping(size: Duration, slide: Duration) -> Self {
+        WindowSpec {
+            kind: WindowKind::Hopping { size, slide },
+            offset: Duration::ZERO,
+        }
+    }
+    /// Session windows with inactivity `gap`, keyed by the given source columns.
+    pub fn session(gap: Duration, key: &[&str]) -> Self {
+        WindowSpec {
+            kind: WindowKind::Session {
+                gap,
+                key: key.iter().map(|k| k.to_string()).collect(),
+            },
+            offset: Duration::ZERO,
+        }
+    }
+    /// The same windows shifted by `offset`.
+    pub fn with_offset(mut self, offset: Duration) -> Self {
+        self.offset = offset;
+        self
+    }
+}
+
+/// Watermark parameters of a view.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct WatermarkSpec {
+    /// How far behind the maximum event time the watermark trails.
+    pub allowed_lateness: Duration,
+    /// Processing time after which a silent source stops holding the
+    /// watermark back; zero means never idle.
+    pub idle_timeout: Duration,
+}
+
+/// One input stream of a view: a table name in the SQL and its event-time column.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourceSpec {
+    /// The table name the SQL uses and [`crate::Engine::push`] takes.
+    pub name: String,
+    /// The event-time column: `Timestamp(*)`, `Date32/64` or an integer of milliseconds.
+    pub event_time: String,
+    /// The Arrow schema of the batches; required by `create_view` (the CLI
+    /// infers it from the input file).
+    pub schema: Option<SchemaRef>,
+}
+
+impl SourceSpec {
+    /// A source with its event-time column and schema.
+    pub fn new(name: &str, event_time: &str, schema: SchemaRef) -> Self {
+        SourceSpec {
+            name: name.to_string(),
+            event_time: event_time.to_string(),
+            schema: Some(schema),
+        }
+    }
+}
+
+/// A view: a SQL query over event streams, an event-time window, a
+/// watermark and an output mode.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ViewSpec {
+    /// The view's name (unique within an engine).
+    pub name: String,
+    /// The query, evaluated per window over that window's non-late rows.
+    pub sql: String,
+    /// The sources the SQL reads.
+    pub sources: Vec<SourceSpec>,
+    /// Watermark parameters.
+    pub watermark: WatermarkSpec,
+    /// The window; `None` for a view over all rows (Update or Complete only).
+    pub window: Option<WindowSpec>,
+    /// What each trigger emits.
+    pub output: OutputMode,
+    /// Which path runs the view.
+    pub mode: ExecMode,
+}
+
+/// Builder for [`ViewSpec`].
+#[derive(Clone, Debug)]
+pub struct ViewSpecBuilder {
+    spec: ViewSpec,
+}
+
+impl ViewSpec {
+    /// Start a view with its name and SQL.
+    pub fn builder(name: &str, sql: &str) -> ViewSpecBuilder {
+        ViewSpecBuilder {
+            spec: ViewSpec {
+                name: name.to_string(),
+                sql: sql.to_string(),
+                sources: Vec::new(),
+                watermark: WatermarkSpec::default(),
+                window: None,
+                output: OutputMode::Append,
+                mode: ExecMode::Auto,
+            },
+        }
+    }
+
+    /// Read a view spec from TOML text (see the README for the format).
+    /// Sources read from TOML have no schema yet: set it before `create_view`.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let raw: RawSpec = toml::from_str(text).map_err(|e| Error::SpecFile {
+            path: "<toml>".into(),
+            message: e.to_string(),
+        })?;
+        raw.into_spec()
+    }
+
+    /// Read a view spec from a TOML file.
+    pub fn from_toml_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::SpecFile {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let raw: RawSpec = toml::from_str(&text).map_err(|e| Error::SpecFile {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        raw.into_spec()
+    }
+
+    /// Checks that need no schema: names, durations, window parameters.
+    pub fn validate(&self) -> Result<()> {
+        let v = &self.name;
+        if v.trim().is_empty() {
+            return Err(Error::spec(v, "the view needs a name"));
+        }
+        if self.sql.trim().is_empty() {
+            return Err(Error::spec(v, "the view needs SQL"));
+        }
+        if self.sources.is_empty() {
+            return Err(Error::spec(v, "the view needs at least one source"));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for s in &self.sources {
+            if s.name.trim().is_empty() || s.event_time.trim().is_empty() {
+                return Err(Error::spec(
+                    v,
+                    "a source needs a name and an event_time column",
+                ));
+            }
+            if !seen.insert(s.name.to_ascii_lowercase()) {
+                return Err(Error::spec(
+                    v,
+                    format!("source `{}` is declared twice", s.name),
+                ));
+            }
+        }
+        check_ms(
+            v,
+            "watermark.allowed_lateness",
+            self.watermark.allowed_lateness,
+            true,
+        )?;
+        check_ms(
+            v,
+            "watermark.idle_timeout",
+            self.watermark.idle_timeout,
+            true,
+        )?;
+        if let Some(w) = &self.window {
+            check_ms(v, "window.offset", w.offset, true)?;
+            match &w.kind {
+                WindowKind::Tumbling { size } => check_ms(v, "window.size", *size, false)?,
+                WindowKind::Hopping { size, slide } => {
+                    check_ms(v, "window.size", *size, false)?;
+                    check_ms(v, "window.slide", *slide, false)?;
+                    if slide > size {
+                        return Err(Error::spec(
+                            v,
+                            format!(
+                                "window.slide ({}) must not exceed window.size ({})",
+                                humantime::format_duration(*slide),
+                                humantime::format_duration(*size)
+                            ),
+                        ));
+                    }
+                }
+                WindowKind::Session { gap, .. } => {
+                    check_ms(v, "window.gap", *gap, false)?;
+                    if self.sources.len() != 1 {
+                        return Err(Error::spec(v, "session windows need exactly one source"));
+                    }
+                }
+            }
+        }
+        if self.window.is_none() && self.output == OutputMode::Append {
+            return Err(Error::Unsupported {
+                view: v.clone(),
+                message: "output mode `append` needs a window: without one no result is ever \
+                          final; use `update` or `complete`, or declare a [window]"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Durations are whole milliseconds, at most i64::MAX ms; zero only where allowed.
+fn check_ms(view: &str, field: &str, d: Duration, zero_ok: bool) -> Result<()> {
+    if d.is_zero() {
+        return if zero_ok {
+            Ok(())
+        } else {
+            Err(Error::spec(
+                view,
+                format!("{field} must be greater than zero"),
+            ))
+        };
+    }
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        return Err(Error::spec(
+            view,
+            format!("{field} must be a whole number of milliseconds"),
+        ));
+    }
+    if d.as_millis() > (i64::MAX / 4) as u128 {
+        return Err(Error::spec(view, format!("{field} is too large")));
+    }
+    Ok(())
+}
+
+/// Milliseconds of a validated duration.
+pub(crate) fn ms(d: Duration) -> i64 {
+    d.as_millis() as i64
+}
+
+impl ViewSpecBuilder {
+    /// Add a source with its event-time column and schema.
+    pub fn source(mut self, name: &str, event_time: &str, schema: SchemaRef) -> Self {
+        self.spec
+            .sources
+            .push(SourceSpec::new(name, event_time, schema));
+        self
+    }
+    /// Set the window.
+    pub fn window(mut self, window: WindowSpec) -> Self {
+        self.spec.window = Some(window);
+        self
+    }
+    /// Set the allowed lateness (default zero).
+    pub fn allowed_lateness(mut self, d: Duration) -> Self {
+        self.spec.watermark.allowed_lateness = d;
+        self
+    }
+    /// Set the idle timeout (default zero: never idle).
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.spec.watermark.idle_timeout = d;
+        self
+    }
+    /// Set the output mode (default Append).
+    pub fn output(mut self, mode: OutputMode) -> Self {
+        self.spec.output = mode;
+        self
+    }
+    /// Set the execution mode (default Auto).
+    pub fn mode(mut self, mode: ExecMode) -> Self {
+        self.spec.mode = mode;
+        self
+    }
+    /// Finish; checks what needs no schema.
+    pub fn build(self) -> Result<ViewSpec> {
+        self.spec.validate()?;
+        Ok(self.spec)
+    }
+}
+
+// ---- TOML form -------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    name: String,
+    sql: String,
+    #[serde(default)]
+    output: OutputMode,
+    #[serde(default)]
+    mode: ExecMode,
+    #[serde(rename = "source", default)]
+    sources: Vec<RawSource>,
+    #[serde(default)]
+    watermark: Option<RawWatermark>,
+    #[serde(default)]
+    window: Option<RawWindow>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    name: String,
+    event_time: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWatermark {
+    allowed_lateness: Option<String>,
+    idle_timeout: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    kind: String,
+    size: Option<String>,
+    slide: Option<String>,
+    gap: Option<String>,
+    offset: Option<String>,
+    #[serde(default)]
+    key: Vec<String>,
+}
+
+fn duration(view: &str, field: &str, text: &str) -> Result<Duration> {
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        Error::spec(
+            view,
+            format!("{field} = {text:?} is not a duration ({e}); write e.g. \"10s\", \"500ms\""),
+        )
+    })
+}
+
+fn required(view: &str, field: &str, v: &Option<String>) -> Result<Duration> {
+    match v {
+        Some(t) => duration(view, field, t),
+        None => Err(Error::spec(view, format!("{field} is required"))),
+    }
+}
+
+impl RawSpec {
+    fn into_spec(self) -> Result<ViewSpec> {
+        let v = self.name.clone();
+        let watermark = match &self.watermark {
+            None => WatermarkSpec::default(),
+            Some(w) => WatermarkSpec {
+                allowed_lateness: match &w.allowed_lateness {
+                    Some(t) => duration(&v, "watermark.allowed_lateness", t)?,
+                    None => Duration::ZERO,
+                },
+                idle_timeout: match &w.idle_timeout {
+                    Some(t) => duration(&v, "watermark.idle_timeout", t)?,
+                    None => Duration::ZERO,
+                },
+            },
+        };
+        let window = match &self.window {
+            None => None,
+            Some(w) => {
+                let kind = match w.kind.to_ascii_lowercase().as_str() {
+                    "tumbling" => WindowKind::Tumbling {
+                        size: required(&v, "window.size", &w.size)?,
+                    },
+                    "hopping" | "sliding" => WindowKind::Hopping {
+                        size: required(&v, "window.size", &w.size)?,
+                        slide: required(&v, "window.slide", &w.slide)?,
+                    },
+                    "session" => WindowKind::Session {
+                        gap: required(&v, "window.gap", &w.gap)?,
+                        key: w.key.clone(),
+                    },
+                    other => {
+                        return Err(Error::spec(
+                            &v,
+                            format!(
+                                "window.kind = {other:?}: expected \"tumbling\", \"hopping\" or \"session\""
+                            ),
+                        ))
+                    }
+                };
+                let offset = match &w.offset {
+                    Some(t) => duration(&v, "window.offset", t)?,
+                    None => Duration::ZERO,
+                };
+                Some(WindowSpec { kind, offset })
+            }
+        };
+        let spec = ViewSpec {
+            name: self.name,
+            sql: self.sql,
+            sources: self
+                .sources
+                .into_iter()
+                .map(|s| SourceSpec {
+                    name: s.name,
+                    event_time: s.event_time,
+                    schema: None,
+                })
+                .collect(),
+            watermark,
+            window,
+            output: self.output,
+            mode: self.mode,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: &str = r#"
+name = "bids_per_auction"
+sql = "SELECT auction, COUNT(*) AS bids FROM bids GROUP BY auction"
+output = "append"
+[[source]]
+name = "bids"
+event_time = "ts"
+[watermark]
+allowed_lateness = "2s"
+idle_timeout = "0s"
+[window]
+kind = "hopping"
+size = "10s"
+slide = "5s"
+"#;
+
+    #[test]
+    fn toml_round_trips_into_the_builder_form() {
+        let spec = ViewSpec::from_toml(SPEC).expect("valid spec");
+        assert_eq!(spec.name, "bids_per_auction");
+        assert_eq!(spec.sources[0].event_time, "ts");
+        assert_eq!(spec.watermark.allowed_lateness, Duration::from_secs(2));
+        assert_eq!(
+            spec.window,
+            Some(WindowSpec::hopping(
+                Duration::from_secs(10),
+                Duration::from_secs(5)
+            ))
+        );
+    }
+
+    #[test]
+    fn bad_durations_and_windows_are_named() {
+        let zero = SPEC.replace("size = \"10s\"", "size = \"0s\"");
+        let e = ViewSpec::from_toml(&zero).expect_err("must be refused").to_string();
+        assert!(e.contains("window.size must be greater than zero"), "{e}");
+        let neg = SPEC.replace("\"2s\"", "\"-2s\"");
+        let e = ViewSpec::from_toml(&neg).expect_err("must be refused").to_string();
+        assert!(e.contains("watermark.allowed_lateness"), "{e}");
+        let wide = SPEC.replace("slide = \"5s\"", "slide = \"20s\"");
+        let e = ViewSpec::from_toml(&wide).expect_err("must be refused").to_string();
+        assert!(e.contains("must not exceed"), "{e}");
+        let kind = SPEC.replace("\"hopping\"", "\"rolling\"");
+        let e = ViewSpec::from_toml(&kind).expect_err("must be refused").to_string();
+        assert!(e.contains("rolling"), "{e}");
+        let unknown = format!("{SPEC}\nbogus = 1\n");
+        assert!(ViewSpec::from_toml(&unknown).is_err());
+    }
+
+    #[test]
+    fn append_without_a_window_is_refused() {
+        let text = SPEC.split("[window]").next().unwrap_or_default();
+        let e = ViewSpec::from_toml(text).expect_err("must be refused").to_string();
+        assert!(e.contains("append") && e.contains("window"), "{e}");
+    }
+}

@@ -1,0 +1,182 @@
+//! Event time: reading an Arrow column as milliseconds since the Unix epoch,
+//! and writing window bounds back in the column's own type.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, Date32Array, Date64Array, Int64Array, PrimitiveArray,
+    TimestampMicrosecondArray, TimestampMillisecondArray, TimestampNanosecondArray,
+    TimestampSecondArray,
+};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Int64Type, TimeUnit};
+
+/// Event time in milliseconds since the Unix epoch.
+pub type EventTime = i64;
+
+/// Milliseconds in a day.
+const DAY_MS: i64 = 86_400_000;
+
+/// Whether `dt` can be an event-time column.
+pub fn is_event_time_type(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Timestamp(_, _) | DataType::Date32 | DataType::Date64
+    ) || dt.is_integer()
+}
+
+/// The type window bounds take for an event-time column of type `dt`:
+/// the same type for timestamps and dates, `Int64` for integers.
+pub fn bound_type(dt: &DataType) -> DataType {
+    match dt {
+        DataType::Timestamp(_, _) | DataType::Date32 | DataType::Date64 => dt.clone(),
+        _ => DataType::Int64,
+    }
+}
+
+/// Reads an event-time column as milliseconds (NULL stays NULL). Sub-millisecond
+/// timestamps are floored to the millisecond; an unsigned value above
+/// `i64::MAX` becomes NULL (it is refused like a NULL event time).
+pub fn to_millis(col: &dyn Array) -> Result<Int64Array, arrow::error::ArrowError> {
+    fn map<T: arrow::datatypes::ArrowPrimitiveType>(
+        a: &PrimitiveArray<T>,
+        f: impl Fn(T::Native) -> i64,
+    ) -> Int64Array {
+        a.iter().map(|v| v.map(&f)).collect()
+    }
+    let any = col.as_any();
+    let out = match col.data_type() {
+        DataType::Timestamp(TimeUnit::Second, _) => {
+            map(downcast::<TimestampSecondArray>(any)?, |v| {
+                v.saturating_mul(1000)
+            })
+        }
+        DataType::Timestamp(TimeUnit::Millisecond, _) => {
+            map(downcast::<TimestampMillisecondArray>(any)?, |v| v)
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            map(downcast::<TimestampMicrosecondArray>(any)?, |v| {
+                v.div_euclid(1000)
+            })
+        }
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => {
+            map(downcast::<TimestampNanosecondArray>(any)?, |v| {
+                v.div_euclid(1_000_000)
+            })
+        }
+        DataType::Date32 => map(downcast::<Date32Array>(any)?, |d| d as i64 * DAY_MS),
+        DataType::Date64 => map(downcast::<Date64Array>(any)?, |v| v),
+        DataType::UInt64 => {
+            let a = downcast::<arrow::array::UInt64Array>(any)?;
+            a.iter()
+                .map(|v| v.and_then(|v| i64::try_from(v).ok()))
+                .collect()
+        }
+        dt if dt.is_integer() => {
+            let c = cast(col, &DataType::Int64)?;
+            downcast::<PrimitiveArray<Int64Type>>(c.as_any())?.clone()
+        }
+        other => {
+            return Err(arrow::error::ArrowError::InvalidArgumentError(format!(
+                "{other} is not an event-time type (timestamp, date or integer milliseconds)"
+            )))
+        }
+    };
+    Ok(out)
+}
+
+fn downcast<T: 'static>(a: &dyn std::any::Any) -> Result<&T, arrow::error::ArrowError> {
+    a.downcast_ref::<T>().ok_or_else(|| {
+        arrow::error::ArrowError::InvalidArgumentError("unexpected array type".into())
+    })
+}
+
+/// A column of `len` copies of the bound `ms`, in type `dt` (from [`bound_type`]).
+pub fn bound_column(ms: EventTime, dt: &DataType, len: usize) -> ArrayRef {
+    bound_array(&vec![ms; len], dt)
+}
+
+/// A column of window bounds (milliseconds) in type `dt` (from [`bound_type`]).
+pub fn bound_array(ms: &[EventTime], dt: &DataType) -> ArrayRef {
+    match dt {
+        DataType::Timestamp(unit, tz) => {
+            let conv = |v: i64| match unit {
+                TimeUnit::Second => v.div_euclid(1000),
+                TimeUnit::Millisecond => v,
+                TimeUnit::Microsecond => v.saturating_mul(1000),
+                TimeUnit::Nanosecond => v.saturating_mul(1_000_000),
+            };
+            let values: Vec<i64> = ms.iter().map(|v| conv(*v)).collect();
+            match unit {
+                TimeUnit::Second => {
+                    Arc::new(TimestampSecondArray::from(values).with_timezone_opt(tz.clone()))
+                }
+                TimeUnit::Millisecond => {
+                    Arc::new(TimestampMillisecondArray::from(values).with_timezone_opt(tz.clone()))
+                }
+                TimeUnit::Microsecond => {
+                    Arc::new(TimestampMicrosecondArray::from(values).with_timezone_opt(tz.clone()))
+                }
+                TimeUnit::Nanosecond => {
+                    Arc::new(TimestampNanosecondArray::from(values).with_timezone_opt(tz.clone()))
+                }
+            }
+        }
+        DataType::Date32 => Arc::new(Date32Array::from(
+            ms.iter()
+                .map(|v| v.div_euclid(DAY_MS) as i32)
+                .collect::<Vec<_>>(),
+        )),
+        DataType::Date64 => Arc::new(Date64Array::from(ms.to_vec())),
+        _ => Arc::new(Int64Array::from(ms.to_vec())),
+    }
+}
+
+/// Human-readable form of an event time for reports and the CLI.
+pub fn display(ms: Option<EventTime>) -> String {
+    match ms {
+        None => "-inf".into(),
+        Some(i64::MAX) => "+inf".into(),
+        Some(v) => {
+            let secs = v.div_euclid(1000);
+            let milli = v.rem_euclid(1000);
+            match std::time::UNIX_EPOCH
+                .checked_add(std::time::Duration::from_secs(secs.max(0) as u64))
+            {
+                Some(t) if v >= 0 => {
+                    let s = humantime::format_rfc3339_seconds(t).to_string();
+                    format!("{}.{milli:03}Z", s.trim_end_matches('Z'))
+                }
+                _ => format!("{v}ms"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int32Array;
+
+    #[test]
+    fn units_floor_to_milliseconds() {
+        let ns = TimestampNanosecondArray::from(vec![Some(1_999_999), None, Some(-1)]);
+        let ms = to_millis(&ns).expect("timestamp");
+        assert_eq!(ms.iter().collect::<Vec<_>>(), vec![Some(1), None, Some(-1)]);
+        let d = Date32Array::from(vec![1]);
+        assert_eq!(to_millis(&d).expect("date").value(0), DAY_MS);
+        let i = Int32Array::from(vec![7]);
+        assert_eq!(to_millis(&i).expect("int").value(0), 7);
+        let s = arrow::array::StringArray::from(vec!["x"]);
+        assert!(to_millis(&s).is_err());
+    }
+
+    #[test]
+    fn bounds_come_back_in_the_column_type() {
+        let dt = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        let a = bound_column(1500, &dt, 2);
+        assert_eq!(a.data_type(), &dt);
+        let back = to_millis(&a).expect("timestamp");
+        assert_eq!(back.value(1), 1500);
+    }
+}

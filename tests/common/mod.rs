@@ -1,0 +1,196 @@
+//! Shared helpers for the integration tests: random event streams, an
+//! independent batch oracle, and canonical row sets.
+#![allow(dead_code, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::datasource::MemTable;
+use datafusion::prelude::SessionContext;
+
+/// One event of the test streams.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ev {
+    pub t: i64,
+    pub k: i64,
+    pub g: String,
+    pub v: Option<i64>,
+    pub f: f64,
+}
+
+pub fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("g", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, true),
+        Field::new("f", DataType::Float64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    ]))
+}
+
+pub fn batch(rows: &[Ev]) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.k))),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.g.as_str()),
+            )),
+            Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.v))),
+            Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.f))),
+            Arc::new(TimestampMillisecondArray::from_iter_values(
+                rows.iter().map(|r| r.t),
+            )),
+        ],
+    )
+    .expect("test batch")
+}
+
+/// Canonical text of every row of `batches`, sorted: floats rounded to 9
+/// significant digits so summation order does not matter.
+pub fn canon(batches: &[RecordBatch]) -> Vec<String> {
+    let opts = FormatOptions::default().with_null("NULL");
+    let mut out = Vec::new();
+    for b in batches {
+        let cols: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| {
+                (
+                    c.clone(),
+                    ArrayFormatter::try_new(c.as_ref(), &opts).expect("formatter"),
+                )
+            })
+            .collect();
+        for r in 0..b.num_rows() {
+            let cells: Vec<String> = cols
+                .iter()
+                .map(|(c, f)| match c.data_type() {
+                    DataType::Float64 | DataType::Float32 if c.is_valid(r) => {
+                        let v =
+                            arrow::compute::cast(&c.slice(r, 1), &DataType::Float64).expect("cast");
+                        let v = v
+                            .as_any()
+                            .downcast_ref::<Float64Array>()
+                            .expect("f64")
+                            .value(0);
+                        format!("{v:.9e}")
+                    }
+                    _ => f.value(r).to_string(),
+                })
+                .collect();
+            out.push(cells.join("|"));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Window parameters as the test understands them (its own arithmetic).
+#[derive(Clone, Copy, Debug)]
+pub struct Win {
+    pub size: i64,
+    pub slide: i64,
+}
+
+impl Win {
+    /// All windows `[s, s+size)` with `s` a multiple of `slide` that hold `t`.
+    pub fn of(&self, t: i64) -> Vec<(i64, i64)> {
+        let mut v = Vec::new();
+        let mut s = t.div_euclid(self.slide) * self.slide;
+        while s + self.size > t {
+            v.push((s, s + self.size));
+            s -= self.slide;
+        }
+        v.reverse();
+        v
+    }
+}
+
+/// The batch oracle (design §1), computed from scratch: simulate W per
+/// trigger (min over sources of max − lateness; a source with no rows holds
+/// W at −∞), drop late rows, put each accepted row in every window of it
+/// that was still open at its trigger, then run the SQL per window in a
+/// fresh DataFusion context. Each output row is prefixed by the window bounds.
+pub fn oracle(
+    triggers: &[Vec<(usize, Ev)>],
+    sources: &[&str],
+    lateness: i64,
+    win: Win,
+    sql: &str,
+) -> (Vec<String>, u64) {
+    let mut late = 0u64;
+    let mut wm: Option<i64> = None;
+    let mut max: Vec<Option<i64>> = vec![None; sources.len()];
+    let mut windows: BTreeMap<(i64, i64), Vec<Vec<Ev>>> = BTreeMap::new();
+    for trig in triggers {
+        let w_prev = wm;
+        for (s, e) in trig {
+            max[*s] = Some(max[*s].map_or(e.t, |m| m.max(e.t)));
+            let open: Vec<(i64, i64)> = win
+                .of(e.t)
+                .into_iter()
+                .filter(|w| w_prev.is_none_or(|wp| w.1 > wp))
+                .collect();
+            if open.is_empty() {
+                late += 1;
+            }
+            for w in open {
+                windows
+                    .entry(w)
+                    .or_insert_with(|| vec![Vec::new(); sources.len()])[*s]
+                    .push(e.clone());
+            }
+        }
+        if max.iter().all(|m| m.is_some()) {
+            let cand = max
+                .iter()
+                .flatten()
+                .map(|m| m - lateness)
+                .min()
+                .expect("some");
+            wm = Some(wm.map_or(cand, |w| w.max(cand)));
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let mut out = Vec::new();
+    for ((s, e), rows) in windows {
+        let ctx = SessionContext::new();
+        for (i, name) in sources.iter().enumerate() {
+            let t = MemTable::try_new(schema(), vec![vec![batch(&rows[i])]]).expect("memtable");
+            ctx.register_table(*name, Arc::new(t)).expect("register");
+        }
+        let res = rt
+            .block_on(async { ctx.sql(sql).await?.collect().await })
+            .expect("oracle sql");
+        for line in canon(&res) {
+            out.push(format!("{}|{}|{line}", ts(s), ts(e)));
+        }
+    }
+    out.sort();
+    (out, late)
+}
+
+/// How the engine formats a Timestamp(ms) bound in `canon`.
+pub fn ts(ms: i64) -> String {
+    let a = TimestampMillisecondArray::from(vec![ms]);
+    let f = ArrayFormatter::try_new(&a, &FormatOptions::default()).expect("fmt");
+    let s = f.value(0).to_string();
+    s
+}
+
+/// Number of proptest cases: small by default (CI), more with THUND_PROPTEST_CASES.
+pub fn cases(default: u32) -> u32 {
+    std::env::var("THUND_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
