@@ -372,6 +372,7 @@ struct RawSpec {
 struct RawSource {
     name: String,
     event_time: String,
+    schema: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -462,12 +463,20 @@ impl RawSpec {
             sources: self
                 .sources
                 .into_iter()
-                .map(|s| SourceSpec {
-                    name: s.name,
-                    event_time: s.event_time,
-                    schema: None,
+                .map(|s| {
+                    let schema = match &s.schema {
+                        Some(text) => Some(parse_schema(text).map_err(|m| {
+                            Error::spec(&v, format!("source `{}` schema: {m}", s.name))
+                        })?),
+                        None => None,
+                    };
+                    Ok(SourceSpec {
+                        name: s.name,
+                        event_time: s.event_time,
+                        schema,
+                    })
                 })
-                .collect(),
+                .collect::<Result<Vec<_>>>()?,
             watermark,
             window,
             output: self.output,
@@ -476,6 +485,70 @@ impl RawSpec {
         spec.validate()?;
         Ok(spec)
     }
+}
+
+/// Parse a schema written as SQL column definitions:
+/// `"auction BIGINT, price DOUBLE, ts TIMESTAMP, d DECIMAL(10,2)"`.
+/// Types: BIGINT, INT, SMALLINT, TINYINT, DOUBLE, FLOAT/REAL, VARCHAR/TEXT/STRING,
+/// BOOLEAN, TIMESTAMP (milliseconds), DATE, DECIMAL(p,s). Columns are nullable.
+pub fn parse_schema(text: &str) -> std::result::Result<SchemaRef, String> {
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let mut parts = Vec::new();
+    let (mut depth, mut cur) = (0i32, String::new());
+    for ch in text.chars() {
+        match ch {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(ch);
+    }
+    parts.push(cur);
+    let mut fields = Vec::new();
+    for part in parts {
+        let part = part.trim();
+        let Some((name, ty)) = part.split_once(char::is_whitespace) else {
+            return Err(format!("`{part}`: expected `name TYPE`"));
+        };
+        let ty = ty.trim().to_ascii_uppercase();
+        let dt = match ty.as_str() {
+            "BIGINT" | "INT8" | "INT64" | "LONG" => DataType::Int64,
+            "INT" | "INTEGER" | "INT4" | "INT32" => DataType::Int32,
+            "SMALLINT" | "INT2" => DataType::Int16,
+            "TINYINT" => DataType::Int8,
+            "DOUBLE" | "FLOAT8" | "FLOAT64" => DataType::Float64,
+            "FLOAT" | "REAL" | "FLOAT4" => DataType::Float32,
+            "VARCHAR" | "TEXT" | "STRING" | "UTF8" => DataType::Utf8,
+            "BOOLEAN" | "BOOL" => DataType::Boolean,
+            "TIMESTAMP" => DataType::Timestamp(TimeUnit::Millisecond, None),
+            "DATE" => DataType::Date32,
+            t if t.starts_with("DECIMAL(") && t.ends_with(')') => {
+                let inner = &t["DECIMAL(".len()..t.len() - 1];
+                let (p, sc) = inner.split_once(',').unwrap_or((inner, "0"));
+                let p: u8 = p
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("`{part}`: bad precision"))?;
+                let sc: i8 = sc
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("`{part}`: bad scale"))?;
+                if p == 0 || p > 38 || sc < 0 || sc as u8 > p {
+                    return Err(format!(
+                        "`{part}`: DECIMAL(p,s) needs 1 <= p <= 38 and 0 <= s <= p"
+                    ));
+                }
+                DataType::Decimal128(p, sc)
+            }
+            other => return Err(format!("`{name}`: unknown type `{other}`")),
+        };
+        fields.push(Field::new(name.trim(), dt, true));
+    }
+    Ok(std::sync::Arc::new(Schema::new(fields)))
 }
 
 #[cfg(test)]
@@ -516,25 +589,47 @@ slide = "5s"
     #[test]
     fn bad_durations_and_windows_are_named() {
         let zero = SPEC.replace("size = \"10s\"", "size = \"0s\"");
-        let e = ViewSpec::from_toml(&zero).expect_err("must be refused").to_string();
+        let e = ViewSpec::from_toml(&zero)
+            .expect_err("must be refused")
+            .to_string();
         assert!(e.contains("window.size must be greater than zero"), "{e}");
         let neg = SPEC.replace("\"2s\"", "\"-2s\"");
-        let e = ViewSpec::from_toml(&neg).expect_err("must be refused").to_string();
+        let e = ViewSpec::from_toml(&neg)
+            .expect_err("must be refused")
+            .to_string();
         assert!(e.contains("watermark.allowed_lateness"), "{e}");
         let wide = SPEC.replace("slide = \"5s\"", "slide = \"20s\"");
-        let e = ViewSpec::from_toml(&wide).expect_err("must be refused").to_string();
+        let e = ViewSpec::from_toml(&wide)
+            .expect_err("must be refused")
+            .to_string();
         assert!(e.contains("must not exceed"), "{e}");
         let kind = SPEC.replace("\"hopping\"", "\"rolling\"");
-        let e = ViewSpec::from_toml(&kind).expect_err("must be refused").to_string();
+        let e = ViewSpec::from_toml(&kind)
+            .expect_err("must be refused")
+            .to_string();
         assert!(e.contains("rolling"), "{e}");
         let unknown = format!("{SPEC}\nbogus = 1\n");
         assert!(ViewSpec::from_toml(&unknown).is_err());
     }
 
     #[test]
+    fn schemas_in_toml() {
+        let s = parse_schema("a BIGINT, d DECIMAL(10, 2), ts timestamp").expect("schema");
+        assert_eq!(s.fields().len(), 3);
+        assert_eq!(
+            s.field(1).data_type(),
+            &arrow::datatypes::DataType::Decimal128(10, 2)
+        );
+        let e = parse_schema("a BIGNUM").expect_err("must be refused");
+        assert!(e.contains("BIGNUM"), "{e}");
+    }
+
+    #[test]
     fn append_without_a_window_is_refused() {
         let text = SPEC.split("[window]").next().unwrap_or_default();
-        let e = ViewSpec::from_toml(text).expect_err("must be refused").to_string();
+        let e = ViewSpec::from_toml(text)
+            .expect_err("must be refused")
+            .to_string();
         assert!(e.contains("append") && e.contains("window"), "{e}");
     }
 }

@@ -1,0 +1,203 @@
+//! Bad input gets a typed error that names the fault, and nothing already
+//! accepted is lost: a run with bad pushes in it emits exactly what the same
+//! run without them emits.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use common::{batch, canon, schema, Ev};
+use thund::{Engine, Error, OutputMode, ViewSpec, WindowSpec};
+
+const SQL: &str = "SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k";
+
+fn spec(sql: &str) -> thund::spec::ViewSpecBuilder {
+    ViewSpec::builder("v", sql)
+        .source("t", "ts", schema())
+        .window(WindowSpec::tumbling(Duration::from_secs(1)))
+}
+
+fn good(i: i64) -> RecordBatch {
+    let rows: Vec<Ev> = (0..20)
+        .map(|j| Ev {
+            t: i * 700 + j * 37,
+            k: j % 3,
+            g: "x".into(),
+            v: Some(j),
+            f: 0.5,
+        })
+        .collect();
+    batch(&rows)
+}
+
+#[test]
+fn bad_pushes_are_refused_and_change_nothing() {
+    let run = |with_bad: bool| {
+        let mut e = Engine::builder().build().expect("engine");
+        e.create_view(spec(SQL).output(OutputMode::Update).build().expect("spec"))
+            .expect("view");
+        let mut out = Vec::new();
+        for i in 0..6 {
+            e.push("t", good(i)).expect("good push");
+            if with_bad {
+                // a batch missing a column
+                let short = good(i).project(&[0, 1, 2, 4]).expect("project");
+                let err = e.push("t", short).expect_err("must be refused");
+                assert!(matches!(err, Error::SchemaMismatch { .. }), "{err}");
+                assert!(err.to_string().contains("expected 5 columns"), "{err}");
+                // a column of the wrong type
+                let wrong = Arc::new(Schema::new(vec![
+                    Field::new("k", DataType::Utf8, false),
+                    Field::new("g", DataType::Utf8, false),
+                    Field::new("v", DataType::Int64, true),
+                    Field::new("f", DataType::Float64, false),
+                    Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+                ]));
+                let b = good(i);
+                let mut cols = b.columns().to_vec();
+                cols[0] = Arc::new(StringArray::from(vec!["x"; b.num_rows()]));
+                let err = e
+                    .push("t", RecordBatch::try_new(wrong, cols).expect("batch"))
+                    .expect_err("refused");
+                assert!(
+                    err.to_string()
+                        .contains("column `k`: expected type Int64, got Utf8"),
+                    "{err}"
+                );
+                // an unknown source
+                let err = e.push("nope", good(i)).expect_err("refused");
+                assert!(matches!(err, Error::UnknownSource { .. }), "{err}");
+                assert!(
+                    err.to_string().contains("`nope`") && err.to_string().contains("t"),
+                    "{err}"
+                );
+                // a NULL in a non-nullable column
+                let nn = Arc::new(Schema::new(vec![
+                    Field::new("k", DataType::Int64, true),
+                    Field::new("g", DataType::Utf8, false),
+                    Field::new("v", DataType::Int64, true),
+                    Field::new("f", DataType::Float64, false),
+                    Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+                ]));
+                let mut cols = b.columns().to_vec();
+                let mut ks: Vec<Option<i64>> = vec![Some(1); b.num_rows()];
+                ks[4] = None;
+                cols[0] = Arc::new(Int64Array::from(ks));
+                let err = e
+                    .push("t", RecordBatch::try_new(nn, cols).expect("batch"))
+                    .expect_err("refused");
+                assert!(err.to_string().contains("row 4 is NULL"), "{err}");
+            }
+            out.extend(e.trigger().expect("trigger").views[0].output.clone());
+        }
+        out.extend(e.finish().expect("finish").views[0].output.clone());
+        canon(&out)
+    };
+    let clean = run(false);
+    assert!(!clean.is_empty());
+    assert_eq!(run(true), clean);
+}
+
+#[test]
+fn invalid_views_name_their_fault_and_leave_the_engine_usable() {
+    let mut e = Engine::builder().build().expect("engine");
+    let cases: Vec<(thund::Result<ViewSpec>, &str)> = vec![
+        (spec("SELEC k FROM t").build(), "found: SELEC at Line: 1"),
+        (spec("SELECT k FROM nowhere").build(), "nowhere"),
+        (spec("SELECT nope FROM t").build(), "No field named nope"),
+        (
+            ViewSpec::builder("v", SQL)
+                .source("t", "missing_ts", schema())
+                .window(WindowSpec::tumbling(Duration::from_secs(1)))
+                .build(),
+            "missing_ts",
+        ),
+        (
+            ViewSpec::builder("v", SQL)
+                .source("t", "g", schema())
+                .window(WindowSpec::tumbling(Duration::from_secs(1)))
+                .build(),
+            "has type Utf8",
+        ),
+        (
+            spec(SQL)
+                .window(WindowSpec::tumbling(Duration::ZERO))
+                .build(),
+            "window.size must be greater than zero",
+        ),
+        (
+            spec(SQL)
+                .window(WindowSpec::hopping(
+                    Duration::from_secs(1),
+                    Duration::from_secs(2),
+                ))
+                .build(),
+            "must not exceed",
+        ),
+        (spec("CREATE TABLE x (a INT)").build(), "DDL not supported"),
+    ];
+    for (s, needle) in cases {
+        let err = match s {
+            Err(e) => e,
+            Ok(s) => e.create_view(s).expect_err("must be refused"),
+        };
+        assert!(
+            err.to_string().contains(needle),
+            "expected {needle:?} in: {err}"
+        );
+    }
+    // the engine still takes a good view and runs it
+    e.create_view(spec(SQL).build().expect("spec"))
+        .expect("good view");
+    let err = e
+        .create_view(spec(SQL).build().expect("spec"))
+        .expect_err("duplicate");
+    assert!(matches!(err, Error::DuplicateView(_)));
+    e.push("t", good(0)).expect("push");
+    assert!(e.finish().expect("finish").views[0].output_rows() > 0);
+}
+
+#[test]
+fn null_event_times_are_refused_row_by_row_and_kept() {
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(spec("SELECT COUNT(*) AS c FROM t").build().expect("spec"))
+        .expect("view");
+    let b = good(0);
+    let mut cols = b.columns().to_vec();
+    let mut t: Vec<Option<i64>> = (0..b.num_rows() as i64).map(|i| Some(i * 10)).collect();
+    t[3] = None;
+    t[7] = None;
+    cols[4] = Arc::new(TimestampMillisecondArray::from(t));
+    e.push("t", RecordBatch::try_new(schema(), cols).expect("batch"))
+        .expect("push");
+    let r = e.finish().expect("finish");
+    assert_eq!(r.views[0].invalid_rows, 2);
+    assert_eq!(r.views[0].late_rows_dropped, 0);
+    assert_eq!(
+        canon(&r.views[0].output),
+        vec![format!("{}|{}|18", common::ts(0), common::ts(1000))]
+    );
+    let late = e.late_rows("v").expect("late");
+    assert_eq!(late.num_rows(), 2);
+    let reasons = late
+        .column_by_name("reason")
+        .expect("reason")
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .expect("s")
+        .clone();
+    assert!(reasons.iter().all(|r| r == Some("null event time")));
+}
+
+#[test]
+fn after_finish_input_is_refused() {
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(spec(SQL).build().expect("spec"))
+        .expect("view");
+    e.finish().expect("finish");
+    assert!(matches!(e.push("t", good(0)), Err(Error::Finished)));
+    assert!(matches!(e.trigger(), Err(Error::Finished)));
+}
