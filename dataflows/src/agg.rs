@@ -72,7 +72,10 @@ pub enum AggKind {
 impl AggKind {
     /// True for the kinds whose non-null values are `Value::Float`.
     pub fn is_float(self) -> bool {
-        matches!(self, AggKind::SumFloat | AggKind::MinFloat | AggKind::MaxFloat)
+        matches!(
+            self,
+            AggKind::SumFloat | AggKind::MinFloat | AggKind::MaxFloat
+        )
     }
 
     /// True if `value` is a valid input or state value for this kind
@@ -172,7 +175,9 @@ impl fmt::Display for Value {
 ///
 /// `count` is the number of non-null inputs folded in; `value` is `Null` until a non-null
 /// input, then `Int` (integer kinds and `Count`, where it equals `count`) or `Float`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct AggState {
     /// Number of non-null inputs folded in.
     pub count: i64,
@@ -222,10 +227,7 @@ impl AggState {
         if ok {
             Ok(())
         } else {
-            Err(Error::InvalidState {
-                kind,
-                state: *self,
-            })
+            Err(Error::InvalidState { kind, state: *self })
         }
     }
 
@@ -303,7 +305,11 @@ pub struct Update {
 
 /// Folds `other` into `acc` slot by slot (`kinds[i]` for slot `i`); on error `acc` may be
 /// partly folded and the error names the slot.
-pub(crate) fn combine_all(kinds: &[AggKind], acc: &mut [AggState], other: &[AggState]) -> Result<()> {
+pub(crate) fn combine_all(
+    kinds: &[AggKind],
+    acc: &mut [AggState],
+    other: &[AggState],
+) -> Result<()> {
     for (i, ((kind, a), b)) in kinds.iter().zip(acc.iter_mut()).zip(other).enumerate() {
         a.combine(*kind, b).map_err(|e| match e {
             Error::Overflow { kind, window, .. } => Error::Overflow {
@@ -345,10 +351,18 @@ mod tests {
     #[test]
     fn float_order_is_total() {
         let mut mn = st(AggKind::MinFloat, Value::Float(0.0));
-        mn.combine(AggKind::MinFloat, &st(AggKind::MinFloat, Value::Float(-0.0))).expect("combine");
+        mn.combine(
+            AggKind::MinFloat,
+            &st(AggKind::MinFloat, Value::Float(-0.0)),
+        )
+        .expect("combine");
         assert_eq!(mn.value, Value::Float(-0.0));
         let mut mx = st(AggKind::MaxFloat, Value::Float(f64::INFINITY));
-        mx.combine(AggKind::MaxFloat, &st(AggKind::MaxFloat, Value::Float(f64::NAN))).expect("combine");
+        mx.combine(
+            AggKind::MaxFloat,
+            &st(AggKind::MaxFloat, Value::Float(f64::NAN)),
+        )
+        .expect("combine");
         assert!(matches!(mx.value, Value::Float(x) if x.is_nan()));
         assert!(Value::Null < Value::Int(i128::MIN));
         assert!(Value::Int(i128::MAX) < Value::Float(f64::NEG_INFINITY));
@@ -381,13 +395,24 @@ mod tests {
         for k in [AggKind::Count, AggKind::SumFloat, AggKind::MaxInt] {
             assert!(s.validate(k).is_ok());
         }
-        s.combine(AggKind::Count, &st(AggKind::Count, Value::Int(9))).expect("combine");
-        s.combine(AggKind::Count, &st(AggKind::Count, Value::Float(9.0))).expect("combine");
-        assert_eq!(s, AggState { count: 2, value: Value::Int(2) });
+        s.combine(AggKind::Count, &st(AggKind::Count, Value::Int(9)))
+            .expect("combine");
+        s.combine(AggKind::Count, &st(AggKind::Count, Value::Float(9.0)))
+            .expect("combine");
+        assert_eq!(
+            s,
+            AggState {
+                count: 2,
+                value: Value::Int(2)
+            }
+        );
         assert!(s.validate(AggKind::Count).is_ok());
-        assert!(AggState { count: 1, value: Value::Null }
-            .validate(AggKind::SumInt)
-            .is_err());
+        assert!(AggState {
+            count: 1,
+            value: Value::Null
+        }
+        .validate(AggKind::SumInt)
+        .is_err());
         assert!(st(AggKind::SumInt, Value::Float(1.0))
             .validate(AggKind::SumInt)
             .is_err());

@@ -49,7 +49,9 @@ pub enum Error {
         window: Window,
     },
     /// An update whose number of aggregate states differs from the configuration's.
-    #[error("update for window {window} has {found} aggregate states, the configuration has {expected}")]
+    #[error(
+        "update for window {window} has {found} aggregate states, the configuration has {expected}"
+    )]
     Arity {
         /// The update's window.
         window: Window,

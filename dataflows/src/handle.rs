@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::time::Duration;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use differential_dataflow::hashable::Hashable;
 use serde::{Deserialize, Serialize};
@@ -63,6 +63,9 @@ pub struct ArrangementSize {
 }
 
 /// Handle to a running windowed-aggregate dataflow on timely worker threads.
+///
+/// The handle is `Send` (not `Sync`): it may move between threads; its methods take
+/// `&mut self` where they talk to the workers.
 ///
 /// Timestamps are event time. The host inserts pre-aggregated [`Update`]s at the current
 /// input time, then advances every worker's input to the watermark `w` with
@@ -315,8 +318,10 @@ impl WindowedAggregate {
         };
         let (mut closed, changed) = self.step(target)?;
         closed.sort_unstable();
-        for u in &closed {
-            self.owed.remove(&(u.window, u.key.clone()));
+        if !self.owed.is_empty() {
+            for u in &closed {
+                self.owed.remove(&(u.window, u.key.clone()));
+            }
         }
         for u in changed {
             self.owed.insert((u.window, u.key), u.aggs);
@@ -474,7 +479,9 @@ impl WindowedAggregate {
                 Reply::Snapshot(Err(e)) => {
                     first_error.get_or_insert(e);
                 }
-                Reply::Stepped { .. } => return Err(self.poison(Error::WorkerPanicked { worker: w })),
+                Reply::Stepped { .. } => {
+                    return Err(self.poison(Error::WorkerPanicked { worker: w }))
+                }
             }
         }
         match first_error {
@@ -553,5 +560,49 @@ impl Drop for WindowedAggregate {
             // A panicked worker's result is an `Err` here; it was reported when observed.
             let _ = guards.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agg::Value;
+
+    #[test]
+    fn the_handle_can_move_between_threads() {
+        fn assert_send<T: Send + 'static>() {}
+        assert_send::<WindowedAggregate>();
+        let mut df = WindowedAggregate::spawn(Config::new(vec![AggKind::Count])).expect("spawn");
+        df.advance_to(3).expect("advance");
+        let df = std::thread::spawn(move || {
+            df.advance_to(4).expect("advance");
+            df
+        })
+        .join()
+        .expect("join");
+        assert_eq!(df.frontier(), 4);
+    }
+
+    #[test]
+    fn a_dead_worker_is_an_error_not_a_hang() {
+        let config = Config::new(vec![AggKind::Count]).with_workers(2);
+        let mut df = WindowedAggregate::spawn(config).expect("spawn");
+        let update = |key: u8| Update {
+            window: Window::new(0, 10),
+            key: vec![key],
+            aggs: vec![AggState::from_value(AggKind::Count, Value::Int(1))],
+        };
+        df.insert((0..16).map(update).collect()).expect("insert");
+        df.advance_to(1).expect("advance");
+        df.send(1, Command::Panic).expect("send");
+        df.insert((0..16).map(update).collect()).expect("insert");
+        let e = df.advance_to(2);
+        assert!(
+            matches!(e, Err(Error::WorkerPanicked { worker: 1 })),
+            "{e:?}"
+        );
+        assert!(matches!(df.advance_to(3), Err(Error::Poisoned { .. })));
+        assert!(matches!(df.snapshot(), Err(Error::Poisoned { .. })));
+        drop(df); // must not hang
     }
 }

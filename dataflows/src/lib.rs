@@ -4,7 +4,7 @@
 //! ```text
 //!  host (root crate)                         each timely worker (thread)
 //!  ─────────────────                         ───────────────────────────
-//!  rows ─► PreAggregator ─► Update ─insert─► InputSession (at the current time W)
+//!  Updates ─insert─► folded by (window, key) ─step─► InputSession (at the current time)
 //!                                              │  (window, key) -> Acc{n, states}
 //!                                              ▼
 //!                                            evict: + retraction at window.end
@@ -30,6 +30,16 @@
 //!   open window is in the trace: [`WindowedAggregate::snapshot`] reads it, and
 //!   [`WindowedAggregate::restore`] re-inserts it at the restored watermark, with any
 //!   number of workers.
+//! * **Pre-aggregation.** [`WindowedAggregate::insert`] folds its updates by
+//!   `(window, key)` until the next step (a [`PreAggregator`] does the same on the caller's
+//!   side), so the dataflow's per-update cost is paid once per group and step, not per row.
+//!   Measured (`examples/throughput.rs`, release, 1 worker, 1 000 keys, 1 s tumbling windows,
+//!   COUNT/SUM/MIN/MAX): 2.5 M rows/s with 10 rows per group and 7 M rows/s with 100.
+//!
+//! What it does not do: callers cannot retract a contribution (only the eviction at a
+//! window's end retracts, which is what keeps MIN/MAX exact without storing values);
+//! float sums round in an unspecified order (exact whenever the partial sums are exactly
+//! representable); session windows, whose windows merge, are not supported here.
 //!
 //! ```
 //! use thund_dataflows::{AggKind, AggState, Config, PreAggregator, Value, WindowedAggregate, Window};

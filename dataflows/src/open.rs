@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::agg::{combine_all, AggKind, AggState, EventTime, Key, Update, Window};
+use crate::agg::{AggKind, AggState, EventTime, Key, Update, Window};
 use crate::diff::Acc;
 use crate::error::Error;
 use crate::time::{start_of, Time};
@@ -60,13 +60,20 @@ impl OpenWindows {
         let groups = self.by_end.entry((window.end, window.start)).or_default();
         let changed = match groups.get_mut(key.as_slice()) {
             Some(states) => {
-                let before = states.clone();
-                let incoming: Vec<AggState> = diff.parts.iter().map(|p| p.1).collect();
-                if let Err(e) = combine_all(&self.kinds, states, &incoming) {
-                    self.error = Some(with_window(e, *window));
-                    return;
+                let mut changed = false;
+                for (i, (state, (kind, part))) in states.iter_mut().zip(&diff.parts).enumerate() {
+                    match state.combined(*kind, part) {
+                        Ok(new) => {
+                            changed |= new != *state;
+                            *state = new;
+                        }
+                        Err(e) => {
+                            self.error = Some(with_context(e, *window, i));
+                            return;
+                        }
+                    }
                 }
-                *states != before
+                changed
             }
             None => {
                 groups.insert(key.clone(), diff.parts.iter().map(|p| p.1).collect());
@@ -143,12 +150,12 @@ impl OpenWindows {
     }
 }
 
-fn with_window(e: Error, window: Window) -> Error {
+fn with_context(e: Error, window: Window, slot: usize) -> Error {
     match e {
-        Error::Overflow { kind, detail, .. } => Error::Overflow {
+        Error::Overflow { kind, .. } => Error::Overflow {
             kind,
             window: Some(window),
-            detail,
+            detail: format!("aggregate #{slot}"),
         },
         other => other,
     }

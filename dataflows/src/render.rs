@@ -41,12 +41,13 @@ pub(crate) fn render(worker: &mut Worker, kinds: Vec<AggKind>) -> Rendered {
     let open = Rc::new(RefCell::new(OpenWindows::new(kinds)));
     let index = worker.next_dataflow_index();
     let sink = Rc::clone(&open);
-    let (input, trace, probe) = worker.dataflow_named::<Time, _, _>("thund-windowed-aggregate", |scope| {
-        let (input, contributions) = scope.new_collection::<WindowKey, Acc>();
-        let (arranged, trace) = arrange(ARRANGEMENT, evict_at_window_end(contributions));
-        let probe = collect_changes(arranged, sink);
-        (input, trace, probe)
-    });
+    let (input, trace, probe) =
+        worker.dataflow_named::<Time, _, _>("thund-windowed-aggregate", |scope| {
+            let (input, contributions) = scope.new_collection::<WindowKey, Acc>();
+            let (arranged, trace) = arrange(ARRANGEMENT, evict_at_window_end(contributions));
+            let probe = collect_changes(arranged, sink);
+            (input, trace, probe)
+        });
     Rendered {
         index,
         input,

@@ -25,7 +25,11 @@ pub(crate) fn start_of(w: EventTime) -> Time {
 pub(crate) fn event_time(t: Time) -> EventTime {
     // `t >> 64` is in the `i64` range for every time built by `at`; saturate otherwise.
     let w = t >> 64;
-    EventTime::try_from(w).unwrap_or(if w < 0 { EventTime::MIN } else { EventTime::MAX })
+    EventTime::try_from(w).unwrap_or(if w < 0 {
+        EventTime::MIN
+    } else {
+        EventTime::MAX
+    })
 }
 
 /// The sub-step part of a dataflow time.

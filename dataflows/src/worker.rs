@@ -34,6 +34,9 @@ pub(crate) enum Command {
     Snapshot(EventTime),
     /// Stop: close the input and return from the worker closure.
     Shutdown,
+    /// Panic (tests of the host's handling of a dead worker).
+    #[cfg(test)]
+    Panic,
 }
 
 /// A worker's answer to [`Command::Advance`], [`Command::Finish`] or [`Command::Snapshot`].
@@ -72,7 +75,12 @@ pub(crate) struct WorkerEnd {
 ///
 /// `abort` is raised by the host when a peer died: step loops then stop waiting for a
 /// frontier that will never move, and the dataflow is dropped instead of drained.
-pub(crate) fn run(worker: &mut Worker, kinds: Vec<AggKind>, end: WorkerEnd, abort: Arc<AtomicBool>) {
+pub(crate) fn run(
+    worker: &mut Worker,
+    kinds: Vec<AggKind>,
+    end: WorkerEnd,
+    abort: Arc<AtomicBool>,
+) {
     let Rendered {
         index,
         input,
@@ -115,6 +123,8 @@ pub(crate) fn run(worker: &mut Worker, kinds: Vec<AggKind>, end: WorkerEnd, abor
                 None => Ok(Vec::new()),
             }),
             Command::Shutdown => break,
+            #[cfg(test)]
+            Command::Panic => panic!("worker panic induced by a test"),
         };
         if end.replies.send(reply).is_err() {
             break;

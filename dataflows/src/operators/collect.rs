@@ -25,7 +25,9 @@ pub(crate) fn collect_changes(
             let Ok((_stamp, spans)) = event else { return };
             let mut open = open.borrow_mut();
             for span in spans {
-                let Some(batch) = span.inner.as_ref() else { continue };
+                let Some(batch) = span.inner.as_ref() else {
+                    continue;
+                };
                 let mut cursor = batch.cursor();
                 while let Some(key) = cursor.get_key(batch) {
                     while cursor.get_val(batch).is_some() {

@@ -51,7 +51,8 @@ fn state_stays_bounded_by_open_windows_times_keys() {
             let x = rng.below(1000) as i64 - 500;
             for window in windows_of(t) {
                 if window.end > w {
-                    pre.add(window, key.clone(), row_states(&kinds, Some(x))).expect("add");
+                    pre.add(window, key.clone(), row_states(&kinds, Some(x)))
+                        .expect("add");
                 }
             }
         }
@@ -85,7 +86,10 @@ fn state_stays_bounded_by_open_windows_times_keys() {
     assert!(total_count as u64 > ROWS * 3, "count {total_count}");
     assert!(total_count as u64 <= ROWS * 4, "count {total_count}");
     // Many more groups went through than the state ever held.
-    assert!(closed_groups > 10 * bound, "closed {closed_groups} vs bound {bound}");
+    assert!(
+        closed_groups > 10 * bound,
+        "closed {closed_groups} vs bound {bound}"
+    );
     eprintln!(
         "bounded_state: {ROWS} rows in {:.2?} ({:.2} M rows/s end to end, {:.2} M rows/s in the \
          dataflow); max state {max_state} records (bound {bound}); max open groups {max_open}, \

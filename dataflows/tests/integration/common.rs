@@ -55,7 +55,8 @@ impl Oracle {
                 }
             }
             None => {
-                self.groups.insert((u.window, u.key.clone()), u.aggs.clone());
+                self.groups
+                    .insert((u.window, u.key.clone()), u.aggs.clone());
             }
         }
     }

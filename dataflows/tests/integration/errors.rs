@@ -2,7 +2,8 @@
 //! whole, the watermark does not regress, and the handle shuts down cleanly in every state.
 
 use thund_dataflows::{
-    AggKind, AggState, Config, Error, EventTime, PreAggregator, Update, Value, Window, WindowedAggregate,
+    AggKind, AggState, Config, Error, EventTime, PreAggregator, Update, Value, Window,
+    WindowedAggregate,
 };
 
 fn sum_update(window: Window, x: i128) -> Update {
@@ -23,8 +24,9 @@ fn i128_sum_overflow_is_an_error() {
         (1, vec![vec![i128::MAX - 5], vec![3], vec![3]]),
         (2, vec![vec![i128::MAX], vec![0, 0], vec![1]]),
     ] {
-        let mut df = WindowedAggregate::spawn(Config::new(vec![AggKind::SumInt]).with_workers(workers))
-            .expect("spawn");
+        let mut df =
+            WindowedAggregate::spawn(Config::new(vec![AggKind::SumInt]).with_workers(workers))
+                .expect("spawn");
         // Found by the host's fold of one step's inserts, or by the dataflow across steps.
         let mut result = Ok(Default::default());
         for xs in &batches {
@@ -51,18 +53,39 @@ fn i128_sum_overflow_is_an_error() {
     }
     // Overflow in pre-aggregation.
     let mut pre = PreAggregator::new(vec![AggKind::SumInt]);
-    pre.add(w, Vec::new(), vec![AggState::from_value(AggKind::SumInt, Value::Int(i128::MAX))])
-        .expect("add");
-    let e = pre.add(w, Vec::new(), vec![AggState::from_value(AggKind::SumInt, Value::Int(1))]);
-    assert!(matches!(e, Err(Error::Overflow { window: Some(_), .. })), "{e:?}");
+    pre.add(
+        w,
+        Vec::new(),
+        vec![AggState::from_value(AggKind::SumInt, Value::Int(i128::MAX))],
+    )
+    .expect("add");
+    let e = pre.add(
+        w,
+        Vec::new(),
+        vec![AggState::from_value(AggKind::SumInt, Value::Int(1))],
+    );
+    assert!(
+        matches!(
+            e,
+            Err(Error::Overflow {
+                window: Some(_),
+                ..
+            })
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]
 fn large_sums_near_the_limit_are_exact() {
     let w = Window::new(0, 10);
     let mut df = WindowedAggregate::spawn(Config::new(vec![AggKind::SumInt])).expect("spawn");
-    df.insert(vec![sum_update(w, i128::MAX - 1), sum_update(w, 1), sum_update(w, i128::MIN)])
-        .expect("insert");
+    df.insert(vec![
+        sum_update(w, i128::MAX - 1),
+        sum_update(w, 1),
+        sum_update(w, i128::MIN),
+    ])
+    .expect("insert");
     let step = df.advance_to(10).expect("advance");
     assert_eq!(step.closed[0].aggs[0].value, Value::Int(-1));
 }
@@ -80,38 +103,88 @@ fn bad_input_is_refused_whole() {
             .chain([AggState::from_value(AggKind::MinInt, Value::Int(5))])
             .collect(),
     };
-    let late = Update { window: Window::new(90, 100), ..ok.clone() };
-    let short = Update { aggs: vec![AggState::EMPTY], ..ok.clone() };
-    let empty_window = Update { window: Window::new(120, 120), ..ok.clone() };
+    let late = Update {
+        window: Window::new(90, 100),
+        ..ok.clone()
+    };
+    let short = Update {
+        aggs: vec![AggState::EMPTY],
+        ..ok.clone()
+    };
+    let empty_window = Update {
+        window: Window::new(120, 120),
+        ..ok.clone()
+    };
     let wrong_type = Update {
-        aggs: vec![AggState::EMPTY, AggState::from_value(AggKind::MinInt, Value::Float(1.0))],
+        aggs: vec![
+            AggState::EMPTY,
+            AggState::from_value(AggKind::MinInt, Value::Float(1.0)),
+        ],
         ..ok.clone()
     };
     let bad_state = Update {
-        aggs: vec![AggState { count: 2, value: Value::Int(5) }, AggState::EMPTY],
+        aggs: vec![
+            AggState {
+                count: 2,
+                value: Value::Int(5),
+            },
+            AggState::EMPTY,
+        ],
         ..ok.clone()
     };
-    assert!(matches!(df.insert(vec![ok.clone(), late]), Err(Error::Late { frontier: 100, .. })));
-    assert!(matches!(df.insert(vec![ok.clone(), short]), Err(Error::Arity { expected: 2, found: 1, .. })));
-    assert!(matches!(df.insert(vec![ok.clone(), empty_window]), Err(Error::InvalidWindow { .. })));
-    assert!(matches!(df.insert(vec![ok.clone(), wrong_type]), Err(Error::InvalidState { .. })));
-    assert!(matches!(df.insert(vec![ok.clone(), bad_state]), Err(Error::InvalidState { .. })));
+    assert!(matches!(
+        df.insert(vec![ok.clone(), late]),
+        Err(Error::Late { frontier: 100, .. })
+    ));
+    assert!(matches!(
+        df.insert(vec![ok.clone(), short]),
+        Err(Error::Arity {
+            expected: 2,
+            found: 1,
+            ..
+        })
+    ));
+    assert!(matches!(
+        df.insert(vec![ok.clone(), empty_window]),
+        Err(Error::InvalidWindow { .. })
+    ));
+    assert!(matches!(
+        df.insert(vec![ok.clone(), wrong_type]),
+        Err(Error::InvalidState { .. })
+    ));
+    assert!(matches!(
+        df.insert(vec![ok.clone(), bad_state]),
+        Err(Error::InvalidState { .. })
+    ));
     // None of the refused calls was applied: only this one counts.
     df.insert(vec![ok.clone()]).expect("insert");
     assert!(matches!(
         df.advance_to(99),
-        Err(Error::WatermarkRegressed { requested: 99, frontier: 100 })
+        Err(Error::WatermarkRegressed {
+            requested: 99,
+            frontier: 100
+        })
     ));
     let step = df.advance_to(110).expect("advance");
     assert_eq!(step.closed.len(), 1);
     assert_eq!(step.closed[0].aggs[0].count, 1);
     assert_eq!(step.closed[0].aggs[1].value, Value::Int(5));
     // After the end of stream, everything is late and ends are empty.
-    assert!(df.advance_to(EventTime::MAX).expect("finish").closed.is_empty());
+    assert!(df
+        .advance_to(EventTime::MAX)
+        .expect("finish")
+        .closed
+        .is_empty());
     assert!(matches!(df.insert(vec![ok]), Err(Error::Late { .. })));
     let end = df.advance_to(EventTime::MAX).expect("finish");
-    assert_eq!((end.frontier, end.closed.len(), end.changed.len()), (EventTime::MAX, 0, 0));
-    assert!(matches!(WindowedAggregate::spawn(Config::new(kinds).with_workers(0)), Err(Error::InvalidConfig { .. })));
+    assert_eq!(
+        (end.frontier, end.closed.len(), end.changed.len()),
+        (EventTime::MAX, 0, 0)
+    );
+    assert!(matches!(
+        WindowedAggregate::spawn(Config::new(kinds).with_workers(0)),
+        Err(Error::InvalidConfig { .. })
+    ));
 }
 
 #[test]

@@ -35,7 +35,12 @@ fn raw_update() -> impl Strategy<Value = RawUpdate> {
         0u8..4,
         prop_oneof![1 => Just(None), 4 => any::<i8>().prop_map(Some)],
     )
-        .prop_map(|(offset, len, key, x)| RawUpdate { offset, len, key, x })
+        .prop_map(|(offset, len, key, x)| RawUpdate {
+            offset,
+            len,
+            key,
+            x,
+        })
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -64,12 +69,23 @@ fn check_step(
     closed_all: &mut Groups,
     reported: &mut HashMap<(Window, Key), Vec<AggState>>,
 ) -> Result<(), TestCaseError> {
-    let step = df.advance_to(w).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let step = df
+        .advance_to(w)
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
     prop_assert_eq!(step.frontier, w);
     prop_assert_eq!(df.frontier(), w);
     for u in &step.closed {
-        prop_assert!(u.window.end <= w, "closed too early: {:?} at {}", u.window, w);
-        prop_assert!(prev_w == EventTime::MIN || u.window.end > prev_w, "closed late: {:?}", u.window);
+        prop_assert!(
+            u.window.end <= w,
+            "closed too early: {:?} at {}",
+            u.window,
+            w
+        );
+        prop_assert!(
+            prev_w == EventTime::MIN || u.window.end > prev_w,
+            "closed late: {:?}",
+            u.window
+        );
         let k = (u.window, u.key.clone());
         prop_assert!(!closed_all.contains_key(&k), "closed twice: {:?}", k);
         closed_all.insert(k.clone(), u.aggs.clone());
@@ -123,15 +139,22 @@ fn run_case(workers: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 for u in &on_time {
                     oracle.add(u);
                 }
-                df.insert(on_time).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                df.insert(on_time)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
             }
             Op::Advance(d) => {
                 let prev = w;
-                w = if w == EventTime::MIN { i64::from(d) } else { w + i64::from(d) };
+                w = if w == EventTime::MIN {
+                    i64::from(d)
+                } else {
+                    w + i64::from(d)
+                };
                 check_step(&mut df, w, prev, &oracle, &mut closed_all, &mut reported)?;
             }
             Op::Snapshot => {
-                let snap = df.snapshot().map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let snap = df
+                    .snapshot()
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(snap.len(), workers);
                 let held = as_map(snap.into_iter().flat_map(|(_, us)| us));
                 prop_assert_eq!(held, oracle.select(true, w), "snapshot at {}", w);
@@ -139,11 +162,20 @@ fn run_case(workers: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
         }
     }
     let prev = w;
-    check_step(&mut df, EventTime::MAX, prev, &oracle, &mut closed_all, &mut reported)?;
+    check_step(
+        &mut df,
+        EventTime::MAX,
+        prev,
+        &oracle,
+        &mut closed_all,
+        &mut reported,
+    )?;
     prop_assert_eq!(df.frontier(), EventTime::MAX);
     prop_assert_eq!(&closed_all, &oracle.select(false, EventTime::MAX));
     // After the end of stream: nothing is open, nothing is held, further ends are empty.
-    let again = df.advance_to(EventTime::MAX).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let again = df
+        .advance_to(EventTime::MAX)
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
     prop_assert!(again.closed.is_empty() && again.changed.is_empty());
     prop_assert_eq!(df.state_size(), 0);
     Ok(())
@@ -162,16 +194,41 @@ proptest! {
 fn a_fixed_case_with_two_workers() {
     let ops = vec![
         Op::Insert(vec![
-            RawUpdate { offset: 10, len: 5, key: 1, x: Some(3) },
-            RawUpdate { offset: 10, len: 5, key: 1, x: None },
-            RawUpdate { offset: 12, len: 20, key: 0, x: Some(-7) },
+            RawUpdate {
+                offset: 10,
+                len: 5,
+                key: 1,
+                x: Some(3),
+            },
+            RawUpdate {
+                offset: 10,
+                len: 5,
+                key: 1,
+                x: None,
+            },
+            RawUpdate {
+                offset: 12,
+                len: 20,
+                key: 0,
+                x: Some(-7),
+            },
         ]),
         Op::Advance(0),
         Op::Snapshot,
-        Op::Insert(vec![RawUpdate { offset: 10, len: 5, key: 1, x: Some(-3) }]),
+        Op::Insert(vec![RawUpdate {
+            offset: 10,
+            len: 5,
+            key: 1,
+            x: Some(-3),
+        }]),
         Op::Advance(5),
         Op::Advance(0),
-        Op::Insert(vec![RawUpdate { offset: 0, len: 1, key: 2, x: Some(1) }]),
+        Op::Insert(vec![RawUpdate {
+            offset: 0,
+            len: 1,
+            key: 2,
+            x: Some(1),
+        }]),
         Op::Snapshot,
         Op::Advance(11),
     ];

@@ -23,8 +23,16 @@ fn stream(seed: u64, triggers: usize) -> Vec<Trigger> {
         let mut updates = Vec::new();
         for _ in 0..rng.below(40) {
             let t = w + rng.below(25) as i64 - 5;
-            let key = if rng.below(5) == 0 { Vec::new() } else { vec![rng.below(6) as u8] };
-            let x = if rng.below(6) == 0 { None } else { Some(rng.below(200) as i64 - 100) };
+            let key = if rng.below(5) == 0 {
+                Vec::new()
+            } else {
+                vec![rng.below(6) as u8]
+            };
+            let x = if rng.below(6) == 0 {
+                None
+            } else {
+                Some(rng.below(200) as i64 - 100)
+            };
             let tumbling = Window::new(t.div_euclid(10) * 10, t.div_euclid(10) * 10 + 10);
             let hop = (0..3).map(|i| {
                 let s = t.div_euclid(10) * 10 - 10 * i;
@@ -63,7 +71,13 @@ fn uninterrupted(triggers: &[Trigger]) -> Groups {
     as_map(closed)
 }
 
-fn interrupted(triggers: &[Trigger], cut: usize, before: usize, after: usize, dirty: bool) -> Groups {
+fn interrupted(
+    triggers: &[Trigger],
+    cut: usize,
+    before: usize,
+    after: usize,
+    dirty: bool,
+) -> Groups {
     let config = |n| Config::new(ALL_KINDS.to_vec()).with_workers(n);
     let mut df = WindowedAggregate::spawn(config(before)).expect("spawn");
     let mut closed = Vec::new();
@@ -82,7 +96,12 @@ fn interrupted(triggers: &[Trigger], cut: usize, before: usize, after: usize, di
     let mut df = WindowedAggregate::restore(config(after), at, state.clone()).expect("restore");
     assert_eq!(df.frontier(), at);
     // A snapshot right after restore holds the same state.
-    let again: Vec<Update> = df.snapshot().expect("snapshot").into_iter().flat_map(|(_, us)| us).collect();
+    let again: Vec<Update> = df
+        .snapshot()
+        .expect("snapshot")
+        .into_iter()
+        .flat_map(|(_, us)| us)
+        .collect();
     assert_eq!(as_map(again), as_map(state));
     if dirty && !rest.is_empty() {
         let step = df.advance_to(rest[0].1).expect("advance");
@@ -99,7 +118,11 @@ fn resumed_runs_equal_the_uninterrupted_run() {
     for seed in 1..=3 {
         let triggers = stream(seed, 40);
         let expected = uninterrupted(&triggers);
-        assert!(expected.len() > 100, "seed {seed}: only {} groups", expected.len());
+        assert!(
+            expected.len() > 100,
+            "seed {seed}: only {} groups",
+            expected.len()
+        );
         for (cut, before, after, dirty) in [
             (20, 1, 2, false),
             (20, 2, 1, true),
@@ -128,5 +151,30 @@ fn restore_rejects_closed_windows() {
         aggs: row_states(&ALL_KINDS, Some(1)),
     };
     let e = WindowedAggregate::restore(config, 10, vec![u]);
-    assert!(matches!(e, Err(thund_dataflows::Error::Late { .. })), "{e:?}");
+    assert!(
+        matches!(e, Err(thund_dataflows::Error::Late { .. })),
+        "{e:?}"
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: crate::common::proptest_cases(6),
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Random streams, random crash points, random worker counts before and after.
+    #[test]
+    fn resumed_at_a_random_point_equals_uninterrupted(
+        seed in 0u64..1_000,
+        cut in 0usize..=25,
+        before in 1usize..=3,
+        after in 1usize..=3,
+        dirty in proptest::bool::ANY,
+    ) {
+        let triggers = stream(seed, 25);
+        let expected = uninterrupted(&triggers);
+        let got = interrupted(&triggers, cut, before, after, dirty);
+        proptest::prop_assert_eq!(got, expected);
+    }
 }
