@@ -75,6 +75,11 @@ impl BlockingCheckpointStore {
         &self.store
     }
 
+    /// See [`CheckpointStore::views`].
+    pub fn views(&self) -> Result<Vec<String>> {
+        self.rt.block_on(self.store.views())
+    }
+
     /// See [`CheckpointStore::list`].
     pub fn list(&self, view: &str) -> Result<Listing> {
         self.rt.block_on(self.store.list(view))

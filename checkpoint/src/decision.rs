@@ -294,7 +294,7 @@ pub fn decide_resume(listing: &Listing) -> ResumeDecision {
             }
             ManifestState::Unreadable(r) => Err(SkipReason::ManifestUnreadable(r.clone())),
             ManifestState::Valid(m) => match &l.rejected {
-                Some(_) => listing.check_files(m),
+                Some(r) => Err(SkipReason::FilesUnreadable(r.clone())),
                 None => listing.check_files(m),
             },
         };

@@ -14,10 +14,12 @@
 //! restarted process can take it over:
 //!
 //! * [`Takeover::IfStale`] takes over only a lease whose holder ran on *this*
-//!   host and is no longer alive (no such pid, a zombie, or the pid now
-//!   belongs to a process started at another time — pid reuse, e.g. pid 1 in
-//!   a restarted container). On systems without `/proc` liveness cannot be
-//!   checked and `IfStale` behaves like `Never`.
+//!   host and is no longer alive: no such pid, a zombie, or the pid now
+//!   belongs to a process started at another time (pid reuse, e.g. pid 1 in
+//!   a restarted container). A lease of *this* process is stale once the
+//!   [`Writer`](crate::Writer) that took it was dropped (an in-process
+//!   "crash", as tests simulate one). On systems without `/proc` the liveness
+//!   of other processes cannot be checked and `IfStale` refuses their leases.
 //! * [`Takeover::Force`] takes over any lease: for an operator who knows the
 //!   old holder is gone (another host, an unreadable lease file).
 //!
@@ -30,9 +32,11 @@
 //!
 //! [`Error::LeaseLost`]: crate::Error::LeaseLost
 
+use std::collections::HashSet;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -98,11 +102,12 @@ impl LeaseInfo {
         }
         let me = std::process::id();
         if self.pid == me {
-            // Our own pid: stale only if we can tell the recorded process was
-            // an earlier one (container restart with the same pid).
+            // Our own pid: either an earlier process that had the same pid
+            // (container restart), or a writer of this process. The latter is
+            // stale once that `Writer` is dropped: its token is no longer live.
             return match (self.process_start, process_start(me)) {
-                (Some(recorded), Some(mine)) => recorded != mine,
-                _ => false,
+                (Some(recorded), Some(mine)) if recorded != mine => true,
+                _ => !is_live(&self.owner),
             };
         }
         match liveness(self.pid) {
@@ -114,6 +119,30 @@ impl LeaseInfo {
             Liveness::Unknown => false,
         }
     }
+}
+
+/// Owner tokens of the `Writer`s alive in this process.
+fn live_tokens() -> std::sync::MutexGuard<'static, HashSet<String>> {
+    static LIVE: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    let m = LIVE.get_or_init(Default::default);
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Marks a token as held by a live writer of this process.
+pub(crate) fn register_live(token: &str) {
+    live_tokens().insert(token.to_string());
+}
+
+/// Marks a token's writer as gone (dropped or released).
+pub(crate) fn unregister_live(token: &str) {
+    live_tokens().remove(token);
+}
+
+fn is_live(token: &str) -> bool {
+    live_tokens().contains(token)
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -206,8 +235,12 @@ mod tests {
     }
 
     #[test]
-    fn own_live_process_is_not_stale() {
-        assert!(!LeaseInfo::for_this_process().is_stale());
+    fn own_process_is_stale_only_when_its_writer_is_gone() {
+        let l = LeaseInfo::for_this_process();
+        register_live(&l.owner);
+        assert!(!l.is_stale());
+        unregister_live(&l.owner);
+        assert!(l.is_stale());
     }
 
     #[test]

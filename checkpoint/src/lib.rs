@@ -49,6 +49,19 @@
 //! * **Retention** ([`Writer::gc`]): keeps the newest N committed epochs
 //!   (default 2) and every file they reference.
 //!
+//! # Typical use by the engine
+//!
+//! 1. `let mut w = store.acquire_with(view, Takeover::IfStale)?` — become the
+//!    view's only writer (taking over the lease of a crashed predecessor on
+//!    this host; [`Takeover::Force`] for an operator override).
+//! 2. `store.load_expecting(view, fingerprint)?` — `None`: cold start;
+//!    `Some(loaded)`: restore state, W, counters and offsets from
+//!    `loaded.manifest`, and log `loaded.fell_back_from` if non-empty.
+//! 3. Each checkpoint: `w.write_epoch(w.next_epoch(), new_files, reused,
+//!    meta)`, where `reused` are [`FileEntry`]s of the previous manifest that
+//!    are still valid; then `w.gc()` now and then.
+//! 4. On shutdown: `w.release()`.
+//!
 //! # Example
 //!
 //! ```

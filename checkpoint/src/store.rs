@@ -83,7 +83,9 @@ impl CheckpointStore {
     /// * `memory://name/optional/prefix` — an in-process store, shared by
     ///   every store opened on the same `name` in this process (tests, demos);
     /// * `s3://bucket/prefix` — only with the cargo feature `s3`
-    ///   (credentials and region from the usual `AWS_*` environment).
+    ///   (credentials, region and endpoint from the usual `AWS_*`
+    ///   environment variables; conditional create is sent as
+    ///   `If-None-Match: *`, which AWS S3, MinIO and R2 support).
     ///
     /// Anything else is [`Error::UnsupportedScheme`] or [`Error::InvalidUrl`].
     ///
@@ -250,6 +252,26 @@ impl CheckpointStore {
 
     // ---- reading ---------------------------------------------------------------
 
+    /// The views that have a directory under the state root, sorted (for
+    /// `inspect`-style tools). Directories whose names are not valid view
+    /// names are left out.
+    pub async fn views(&self) -> Result<Vec<String>> {
+        let root = self.inner.layout.root();
+        let listed = self
+            .store()
+            .list_with_delimiter(Some(root))
+            .await
+            .map_err(|e| Error::store("list", root, None, e))?;
+        let mut views: Vec<String> = listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .filter(|name| validate_name("view", name).is_ok())
+            .collect();
+        views.sort();
+        Ok(views)
+    }
+
     /// Lists a view's directory: every epoch (with its manifest parsed and
     /// validated), every object in epoch directories, and the latest pointer.
     /// Reads each manifest, but no state file.
@@ -363,6 +385,7 @@ impl CheckpointStore {
 
     async fn load_inner(&self, view: &str, fingerprint: Option<&str>) -> Result<Option<Loaded>> {
         let mut listing = self.list(view).await?;
+        let mut tried = BTreeSet::new();
         loop {
             let plan = match decide_resume(&listing) {
                 ResumeDecision::ColdStart { .. } => return Ok(None),
@@ -375,6 +398,14 @@ impl CheckpointStore {
                 }
                 ResumeDecision::Resume(plan) => plan,
             };
+            if !tried.insert(plan.epoch) {
+                // Cannot happen (a rejected epoch is skipped); never loop.
+                return Err(Error::EpochUnreadable {
+                    view: view.to_string(),
+                    epoch: plan.epoch,
+                    reason: "chosen again after its files failed verification".into(),
+                });
+            }
             let manifest = match listing.epochs.get(&plan.epoch).map(|l| &l.manifest) {
                 Some(ManifestState::Valid(m)) => m.as_ref().clone(),
                 _ => {
@@ -466,14 +497,26 @@ impl CheckpointStore {
         for _ in 0..4 {
             match self.put(&path, bytes.clone(), PutMode::Create, None).await {
                 Ok(()) => {
-                    let listing = self.list(view).await?;
-                    return Ok(Writer {
+                    crate::lease::register_live(&mine.owner);
+                    let mut writer = Writer {
                         store: self.clone(),
                         view: view.to_string(),
                         lease: mine,
-                        last_committed: listing.newest_committed(),
-                        next_epoch: listing.next_epoch(),
-                    });
+                        last_committed: None,
+                        next_epoch: 1,
+                    };
+                    match self.list(view).await {
+                        Ok(listing) => {
+                            writer.last_committed = listing.newest_committed();
+                            writer.next_epoch = listing.next_epoch();
+                            return Ok(writer);
+                        }
+                        Err(e) => {
+                            // Do not keep a lease we cannot use.
+                            let _ = writer.release().await;
+                            return Err(e);
+                        }
+                    }
                 }
                 Err(Error::AlreadyExists { .. }) => {}
                 Err(e) => return Err(e),
@@ -624,9 +667,10 @@ pub struct GcReport {
 /// The single writer of one view, holding its lease. Obtained from
 /// [`CheckpointStore::acquire`]; give it back with [`release`](Self::release).
 ///
-/// Dropping a writer without releasing leaves its lease in place (it cannot
-/// do I/O in `drop`); a later [`Takeover::IfStale`] acquisition in a new
-/// process takes such a lease over once this process is gone.
+/// Dropping a writer without releasing leaves its lease file in place (it
+/// cannot do I/O in `drop`), but marks it stale for this process: a later
+/// [`Takeover::IfStale`] acquisition — in this process, or in a new one once
+/// this process is gone — takes it over.
 #[derive(Debug)]
 pub struct Writer {
     store: CheckpointStore,
@@ -634,6 +678,12 @@ pub struct Writer {
     lease: LeaseInfo,
     last_committed: Option<u64>,
     next_epoch: u64,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        crate::lease::unregister_live(&self.lease.owner);
+    }
 }
 
 impl Writer {

@@ -187,6 +187,10 @@ async fn round_trip_several_epochs(b: Backend) {
     // Older committed epochs stay readable.
     let m1_again = store.read_manifest("clicks", 1).await.expect("manifest 1");
     assert_eq!(m1_again, m1);
+    assert_eq!(
+        store.views().await.expect("views"),
+        vec!["clicks".to_string()]
+    );
     let listing = store.list("clicks").await.expect("list");
     assert_eq!(
         listing.committed().map(|(e, _)| e).collect::<Vec<_>>(),
@@ -578,6 +582,20 @@ async fn stale_lease_takeover(b: Backend) {
         w.release().await.expect("release");
     }
 
+    // A writer dropped without release (an in-process "crash"): its lease
+    // stays, fences `Never`, and is stale for `IfStale`.
+    let w = store.acquire("dropped").await.expect("acquire");
+    drop(w);
+    assert!(matches!(
+        store.acquire("dropped").await,
+        Err(Error::Fenced { .. })
+    ));
+    let w = store
+        .acquire_with("dropped", Takeover::IfStale)
+        .await
+        .expect("takeover of a dropped writer's lease");
+    w.release().await.expect("release");
+
     // An unreadable lease can only be forced.
     put_raw(&b, "v", "_thund_writer.json", b"garbage").await;
     assert!(matches!(
@@ -807,6 +825,21 @@ fn blocking_api_from_sync_code_and_threads() {
         .expect("some");
     assert_eq!(loaded.epoch(), 3);
     assert_eq!(store.list("v").expect("list").committed().count(), 2);
+
+    // Clones share one current-thread runtime; concurrent callers are fine.
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let s = store.clone();
+            std::thread::spawn(move || {
+                (0..5)
+                    .map(|_| s.load("v").expect("load").expect("some").epoch())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().expect("thread"), vec![3; 5]);
+    }
 }
 
 #[test]
