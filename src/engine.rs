@@ -9,6 +9,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::incremental::IncrementalView;
 use crate::plan::{PathKind, ViewPlan};
 use crate::recompute::{OnTime, RecomputeView, Refusal, SourceInfo, SqlEvaluator};
 use crate::spec::ViewSpec;
@@ -19,12 +20,20 @@ use crate::watermark::{Clock, SystemClock, WatermarkTracker};
 #[derive(Debug, Default)]
 pub struct EngineBuilder {
     clock: Option<Arc<dyn Clock>>,
+    workers: Option<usize>,
 }
 
 impl EngineBuilder {
     /// Processing-time clock for idle timeouts (default: the system clock).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
+        self
+    }
+
+    /// Number of timely worker threads per incremental view (default 1);
+    /// data is exchanged between them by key, and results do not depend on it.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n.max(1));
         self
     }
 
@@ -40,6 +49,7 @@ impl EngineBuilder {
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             rt: Arc::new(rt),
             finished: false,
+            workers: self.workers.unwrap_or(1),
         })
     }
 }
@@ -66,6 +76,9 @@ pub struct ViewReport {
     pub previous_watermark: Option<EventTime>,
     /// W after this trigger: every window ending at or before it is final.
     pub watermark: Option<EventTime>,
+    /// The dataflow's output frontier after this trigger (incremental path;
+    /// `None` on the recompute path or while it is −∞). It equals `watermark`.
+    pub frontier: Option<EventTime>,
     /// Rows taken in by this trigger (on time, late and invalid).
     pub rows: u64,
     /// Rows dropped as late by this trigger.
@@ -118,6 +131,7 @@ impl TriggerReport {
                     "view": v.view,
                     "watermark": v.watermark,
                     "watermark_text": display(v.watermark),
+                    "frontier": v.frontier,
                     "previous_watermark": v.previous_watermark,
                     "rows": v.rows,
                     "late_rows_dropped": v.late_rows_dropped,
@@ -145,7 +159,24 @@ struct LateRow {
 }
 
 enum ViewRuntime {
-    Recompute(RecomputeView),
+    Recompute(Box<RecomputeView>),
+    Incremental(Box<IncrementalView>),
+}
+
+impl ViewRuntime {
+    fn schema(&self) -> SchemaRef {
+        match self {
+            ViewRuntime::Recompute(r) => r.schema(),
+            ViewRuntime::Incremental(r) => r.schema(),
+        }
+    }
+
+    fn evaluator(&self) -> &SqlEvaluator {
+        match self {
+            ViewRuntime::Recompute(r) => r.evaluator(),
+            ViewRuntime::Incremental(r) => r.evaluator(),
+        }
+    }
 }
 
 struct View {
@@ -198,6 +229,7 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     rt: Arc<tokio::runtime::Runtime>,
     finished: bool,
+    workers: usize,
 }
 
 impl Engine {
@@ -273,15 +305,33 @@ impl Engine {
             .window
             .as_ref()
             .map(|_| bound_type(sources[0].schema.field(sources[0].event_time).data_type()));
-        let plan = ViewPlan::decide(&spec);
-        let runtime = ViewRuntime::Recompute(RecomputeView::new(
-            &name,
-            eval,
-            &sources,
-            spec.window.as_ref(),
-            spec.output,
-            bound,
-        )?);
+        let plan = ViewPlan::decide(&spec, eval.logical_plan());
+        let runtime = match (&plan, spec.window.as_ref(), &bound) {
+            (ViewPlan::Incremental(_), Some(w), Some(b)) => {
+                let windows = crate::window::TimeWindows::from_spec(w).ok_or_else(|| {
+                    Error::spec(
+                        &name,
+                        "the incremental path takes tumbling or hopping windows",
+                    )
+                })?;
+                ViewRuntime::Incremental(Box::new(IncrementalView::new(
+                    &name,
+                    eval,
+                    windows,
+                    spec.output,
+                    b.clone(),
+                    self.workers,
+                )?))
+            }
+            _ => ViewRuntime::Recompute(Box::new(RecomputeView::new(
+                &name,
+                eval,
+                &sources,
+                spec.window.as_ref(),
+                spec.output,
+                bound,
+            )?)),
+        };
         let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
         let tracker = WatermarkTracker::new(
             &names,
@@ -382,10 +432,7 @@ impl Engine {
 
     /// A view's output schema.
     pub fn output_schema(&self, view: &str) -> Result<SchemaRef> {
-        let v = self.view(view)?;
-        Ok(match &v.runtime {
-            ViewRuntime::Recompute(r) => r.schema(),
-        })
+        Ok(self.view(view)?.runtime.schema())
     }
 
     /// A view's cumulative counters.
@@ -397,6 +444,23 @@ impl Engine {
     pub fn buffered_rows(&self, view: &str) -> Result<usize> {
         Ok(match &self.view(view)?.runtime {
             ViewRuntime::Recompute(r) => r.buffered_rows(),
+            ViewRuntime::Incremental(_) => 0,
+        })
+    }
+
+    /// Records held in a view's dataflow arrangements (`None` on the recompute path).
+    pub fn state_size(&self, view: &str) -> Result<Option<usize>> {
+        Ok(match &self.view(view)?.runtime {
+            ViewRuntime::Recompute(_) => None,
+            ViewRuntime::Incremental(r) => Some(r.state_size()),
+        })
+    }
+
+    /// A view's dataflow output frontier (`None` on the recompute path or while −∞).
+    pub fn frontier(&self, view: &str) -> Result<Option<EventTime>> {
+        Ok(match &self.view(view)?.runtime {
+            ViewRuntime::Recompute(_) => None,
+            ViewRuntime::Incremental(r) => r.frontier(),
         })
     }
 
@@ -465,12 +529,19 @@ impl Engine {
         );
         let _ = writeln!(out, "window: {}", describe_window(s));
         let _ = writeln!(out, "output: {:?}", s.output);
-        let _ = writeln!(out, "path: {} ({})", v.plan.path(), v.plan.reason());
-        let ViewRuntime::Recompute(r) = &v.runtime;
+        match &v.plan {
+            ViewPlan::Incremental(_) => {
+                let _ = writeln!(out, "path: incremental");
+            }
+            other => {
+                let _ = writeln!(out, "path: {} ({})", other.path(), other.reason());
+            }
+        }
+        let _ = writeln!(out, "plan: {}", v.plan);
         let _ = writeln!(
             out,
             "logical plan:\n{}",
-            r.evaluator().logical_plan().display_indent()
+            v.runtime.evaluator().logical_plan().display_indent()
         );
         Ok(out)
     }
@@ -573,7 +644,6 @@ impl View {
     fn trigger(&mut self, epoch: u64, now: i64, finishing: bool) -> Result<ViewReport> {
         let started = Instant::now();
         let w_prev = self.tracker.watermark();
-        let ViewRuntime::Recompute(rt) = &mut self.runtime;
         let mut on_time = Vec::new();
         let (mut rows, mut late, mut invalid) = (0u64, 0u64, 0u64);
         let pending = std::mem::replace(&mut self.pending, vec![Vec::new(); self.sources.len()]);
@@ -582,7 +652,10 @@ impl View {
             for batch in batches {
                 rows += batch.num_rows() as u64;
                 let times = to_millis(batch.column(src.event_time).as_ref())?;
-                let verdict = rt.classify(&batch, &times, w_prev)?;
+                let verdict = match &self.runtime {
+                    ViewRuntime::Recompute(rt) => rt.classify(&batch, &times, w_prev)?,
+                    ViewRuntime::Incremental(rt) => rt.classify(&times, w_prev),
+                };
                 let mut keep = Vec::with_capacity(verdict.len());
                 for (i, v) in verdict.iter().enumerate() {
                     keep.push(v.is_none());
@@ -633,7 +706,13 @@ impl View {
         } else {
             self.tracker.advance(now)
         };
-        let out = rt.step(on_time, w_prev, w)?;
+        let (out, frontier) = match &mut self.runtime {
+            ViewRuntime::Recompute(rt) => (rt.step(on_time, w_prev, w)?, None),
+            ViewRuntime::Incremental(rt) => {
+                let out = rt.step(on_time, w_prev, w)?;
+                (out, rt.frontier())
+            }
+        };
         self.counters.rows += rows;
         self.counters.late_rows_dropped += late;
         self.counters.invalid_rows += invalid;
@@ -642,6 +721,7 @@ impl View {
             view: self.spec.name.clone(),
             previous_watermark: w_prev,
             watermark: w,
+            frontier,
             rows,
             late_rows_dropped: late,
             invalid_rows: invalid,

@@ -24,6 +24,7 @@ pub mod cli;
 pub mod demo;
 mod engine;
 mod error;
+mod incremental;
 pub mod io;
 pub mod plan;
 mod recompute;

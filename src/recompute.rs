@@ -96,6 +96,11 @@ impl SqlEvaluator {
         })
     }
 
+    /// The session the plan was made in (to create physical expressions).
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
     /// The DataFusion logical plan (for `explain`).
     pub fn logical_plan(&self) -> &LogicalPlan {
         &self.plan

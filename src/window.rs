@@ -4,18 +4,10 @@
 //! Rows are stored by *pane*: slices of width `gcd(size, slide)`, so a window
 //! is a run of whole panes and a hopping window never copies a row.
 
-use serde::{Deserialize, Serialize};
-
 use crate::time::EventTime;
 
-/// A half-open event-time window `[start, end)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Window {
-    /// First instant in the window.
-    pub start: EventTime,
-    /// First instant after the window.
-    pub end: EventTime,
-}
+/// A half-open event-time window `[start, end)` (the dataflow crate's type, shared).
+pub use thund_dataflows::Window;
 
 /// Tumbling (`slide == size`) or hopping windows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +34,18 @@ impl TimeWindows {
             slide,
             offset: offset.rem_euclid(slide),
             pane: gcd(size, slide),
+        }
+    }
+
+    /// The windows of a tumbling or hopping spec (`None` for sessions).
+    pub fn from_spec(w: &crate::spec::WindowSpec) -> Option<Self> {
+        use crate::spec::{ms, WindowKind};
+        match &w.kind {
+            WindowKind::Tumbling { size } => Some(Self::new(ms(*size), ms(*size), ms(w.offset))),
+            WindowKind::Hopping { size, slide } => {
+                Some(Self::new(ms(*size), ms(*slide), ms(w.offset)))
+            }
+            WindowKind::Session { .. } => None,
         }
     }
 

@@ -44,10 +44,10 @@ fn bad_pushes_are_refused_and_change_nothing() {
             e.push("t", good(i)).expect("good push");
             if with_bad {
                 // a batch missing a column
-                let short = good(i).project(&[0, 1, 2, 4]).expect("project");
+                let short = good(i).project(&[0, 1, 2, 4, 5]).expect("project");
                 let err = e.push("t", short).expect_err("must be refused");
                 assert!(matches!(err, Error::SchemaMismatch { .. }), "{err}");
-                assert!(err.to_string().contains("expected 5 columns"), "{err}");
+                assert!(err.to_string().contains("expected 6 columns"), "{err}");
                 // a column of the wrong type
                 let wrong = Arc::new(Schema::new(vec![
                     Field::new("k", DataType::Utf8, false),
@@ -55,6 +55,7 @@ fn bad_pushes_are_refused_and_change_nothing() {
                     Field::new("v", DataType::Int64, true),
                     Field::new("f", DataType::Float64, false),
                     Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+                    Field::new("d", DataType::Decimal128(10, 2), true),
                 ]));
                 let b = good(i);
                 let mut cols = b.columns().to_vec();
@@ -81,6 +82,7 @@ fn bad_pushes_are_refused_and_change_nothing() {
                     Field::new("v", DataType::Int64, true),
                     Field::new("f", DataType::Float64, false),
                     Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+                    Field::new("d", DataType::Decimal128(10, 2), true),
                 ]));
                 let mut cols = b.columns().to_vec();
                 let mut ks: Vec<Option<i64>> = vec![Some(1); b.num_rows()];

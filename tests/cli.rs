@@ -104,7 +104,9 @@ fn run_replays_a_csv_with_rfc3339_times() {
     }
     assert_eq!(lines[0]["watermark"], 1_767_225_611_000i64);
     assert_eq!(lines[1]["late_rows_dropped"], 1);
-    assert_eq!(lines[0]["path"], "recompute");
+    assert_eq!(lines[0]["path"], "incremental");
+    // the report carries the dataflow's frontier next to W, and they agree
+    assert!(lines.iter().all(|l| l["frontier"] == l["watermark"]), "{lines:?}");
 }
 
 #[test]
@@ -151,7 +153,8 @@ fn explain_shows_the_path_and_errors_name_the_file() {
     );
     let view = write(dir.path(), "v.toml", &with_schema);
     let text = run_ok(&["explain", "--view", view.to_str().expect("utf8")]);
-    assert!(text.contains("path: recompute"), "{text}");
+    assert!(text.contains("path: incremental"), "{text}");
+    assert!(text.contains("agg:  Count"), "{text}");
     assert!(text.contains("tumbling 10s"), "{text}");
 
     let missing = dir.path().join("nope.csv");

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+    Array, Decimal128Array, Float64Array, Int64Array, RecordBatch, StringArray,
+    TimestampMillisecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
@@ -30,6 +31,7 @@ pub fn schema() -> SchemaRef {
         Field::new("v", DataType::Int64, true),
         Field::new("f", DataType::Float64, false),
         Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        Field::new("d", DataType::Decimal128(10, 2), true),
     ]))
 }
 
@@ -46,6 +48,12 @@ pub fn batch(rows: &[Ev]) -> RecordBatch {
             Arc::new(TimestampMillisecondArray::from_iter_values(
                 rows.iter().map(|r| r.t),
             )),
+            // d = v / 4 as DECIMAL(10,2): exact quarters
+            Arc::new(
+                Decimal128Array::from_iter(rows.iter().map(|r| r.v.map(|v| v as i128 * 25)))
+                    .with_precision_and_scale(10, 2)
+                    .expect("decimal"),
+            ),
         ],
     )
     .expect("test batch")
