@@ -106,7 +106,10 @@ fn run_replays_a_csv_with_rfc3339_times() {
     assert_eq!(lines[1]["late_rows_dropped"], 1);
     assert_eq!(lines[0]["path"], "incremental");
     // the report carries the dataflow's frontier next to W, and they agree
-    assert!(lines.iter().all(|l| l["frontier"] == l["watermark"]), "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l["frontier"] == l["watermark"]),
+        "{lines:?}"
+    );
 }
 
 #[test]

@@ -1,0 +1,65 @@
+//! Shared data for the benches: a seeded bid stream and the benchmarked view.
+#![allow(dead_code, missing_docs)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Float64Array, Int64Array, RecordBatch, TimestampMillisecondArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use thund::demo::SplitMix;
+use thund::{Engine, ExecMode, OutputMode, ViewSpec, WindowSpec};
+
+pub const SQL: &str =
+    "SELECT k, COUNT(*) AS c, SUM(v) AS s, AVG(v) AS a, MAX(v) AS m FROM t GROUP BY k";
+pub const KEYS: u64 = 1000;
+pub const ROWS_PER_TRIGGER: usize = 10_000;
+
+pub fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Float64, false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
+    ]))
+}
+
+/// Batch `i` of the stream: 10 000 rows, 0.1 ms of event time per row (one
+/// trigger = 1 s, a 10 s window spans ten triggers), up to 500 ms of disorder.
+pub fn batch(i: usize) -> RecordBatch {
+    let mut r = SplitMix::new(i as u64 + 7);
+    let base = i as i64 * 1000;
+    let n = ROWS_PER_TRIGGER;
+    let k: Vec<i64> = (0..n).map(|_| r.below(KEYS) as i64).collect();
+    let v: Vec<f64> = (0..n).map(|_| r.below(10_000) as f64 / 10.0).collect();
+    let ts: Vec<i64> = (0..n)
+        .map(|j| base + (j as i64) / 10 - r.below(500) as i64)
+        .collect();
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from(k)),
+            Arc::new(Float64Array::from(v)),
+            Arc::new(TimestampMillisecondArray::from(ts)),
+        ],
+    )
+    .expect("bench batch")
+}
+
+pub fn engine(mode: ExecMode, output: OutputMode) -> Engine {
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(
+        ViewSpec::builder("v", SQL)
+            .source("t", "ts", schema())
+            .window(WindowSpec::tumbling(Duration::from_secs(10)))
+            .allowed_lateness(Duration::from_millis(500))
+            .output(output)
+            .mode(mode)
+            .build()
+            .expect("spec"),
+    )
+    .expect("view");
+    e
+}

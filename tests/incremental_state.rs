@@ -1,0 +1,152 @@
+//! The incremental path's state stays bounded by open windows × keys, an
+//! integer sum that overflows its type is an error (never a wrap), and the
+//! frontier follows W when a source goes idle.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use thund::demo::SplitMix;
+use thund::{Engine, ManualClock, PathKind, ViewSpec, WindowSpec};
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
+    ]))
+}
+
+fn batch(k: Vec<i64>, v: Vec<i64>, ts: Vec<i64>) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from(k)),
+            Arc::new(Int64Array::from(v)),
+            Arc::new(TimestampMillisecondArray::from(ts)),
+        ],
+    )
+    .expect("batch")
+}
+
+fn view(sql: &str, window: WindowSpec, lateness_ms: u64) -> ViewSpec {
+    ViewSpec::builder("v", sql)
+        .source("t", "ts", schema())
+        .window(window)
+        .allowed_lateness(Duration::from_millis(lateness_ms))
+        .build()
+        .expect("spec")
+}
+
+#[test]
+fn arrangement_size_is_bounded_by_open_windows_times_keys() {
+    const KEYS: u64 = 100;
+    const BATCHES: usize = 200; // x 10 000 rows = 2 M rows
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(view(
+        "SELECT k, COUNT(*) AS c, SUM(v) AS s, MAX(v) AS m FROM t GROUP BY k",
+        WindowSpec::tumbling(Duration::from_secs(1)),
+        500,
+    ))
+    .expect("view");
+    assert_eq!(e.plan("v").expect("plan").path(), PathKind::Incremental);
+    // 0.1 ms of event time per row (a batch spans 1 s) and up to 500 ms of
+    // disorder; W trails the maximum by 500 ms. Open windows (end > W) then
+    // hold rows from at most [W − 500 ms, W + 1.5 s): at most 4 windows of 1 s.
+    let bound = 4 * 4 * KEYS as usize; // 4 windows × keys, × 4 for records per group
+    let mut r = SplitMix::new(1);
+    let (mut peak, mut closed) = (0, 0u64);
+    for b in 0..BATCHES {
+        let n = 10_000;
+        let k = (0..n).map(|_| r.below(KEYS) as i64).collect();
+        let v = (0..n).map(|_| r.below(1000) as i64).collect();
+        let ts = (0..n)
+            .map(|j| b as i64 * 1000 + j as i64 / 10 - r.below(500) as i64)
+            .collect();
+        e.push("t", batch(k, v, ts)).expect("push");
+        closed += e.trigger().expect("trigger").views[0].windows_closed;
+        let size = e.state_size("v").expect("size").expect("incremental");
+        peak = peak.max(size);
+        assert!(
+            size <= bound,
+            "after batch {b}: {size} records > bound {bound}"
+        );
+    }
+    assert!(
+        closed >= (BATCHES - 3) as u64,
+        "windows closed as W advanced: {closed}"
+    );
+    assert!(peak > 0);
+    // without eviction the arrangement would hold every (window, key) seen: ~200 × 100
+    assert!(
+        peak * 10 < BATCHES * KEYS as usize,
+        "peak {peak} is not far below rows' groups"
+    );
+}
+
+#[test]
+fn integer_sum_overflow_is_an_error_not_a_wrap() {
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(view(
+        "SELECT k, SUM(v) AS s FROM t GROUP BY k",
+        WindowSpec::tumbling(Duration::from_secs(1)),
+        0,
+    ))
+    .expect("view");
+    let big = i64::MAX / 2 + 1;
+    e.push("t", batch(vec![1, 1], vec![big, big], vec![10, 20]))
+        .expect("push");
+    let err = e.finish().expect_err("overflow must be refused");
+    let msg = err.to_string();
+    assert!(msg.contains("overflows Int64"), "{msg}");
+    assert!(msg.contains("[0, 1000)"), "names the window: {msg}");
+}
+
+#[test]
+fn frontier_follows_w_when_the_source_goes_idle() {
+    let clock = ManualClock::new(0);
+    let mut e = Engine::builder()
+        .with_clock(Arc::new(clock.clone()))
+        .build()
+        .expect("engine");
+    let spec = ViewSpec::builder("v", "SELECT k, COUNT(*) AS c FROM t GROUP BY k")
+        .source("t", "ts", schema())
+        .window(WindowSpec::tumbling(Duration::from_secs(1)))
+        .idle_timeout(Duration::from_secs(5))
+        .build()
+        .expect("spec");
+    e.create_view(spec).expect("view");
+    e.push("t", batch(vec![1], vec![1], vec![2_500]))
+        .expect("push");
+    let r = e.trigger().expect("trigger");
+    assert_eq!(
+        (r.views[0].watermark, r.views[0].frontier),
+        (Some(2_500), Some(2_500))
+    );
+    for _ in 0..3 {
+        clock.advance(Duration::from_secs(10)); // idle: the only source, so W holds
+        let r = e.trigger().expect("trigger");
+        assert_eq!(
+            (r.views[0].watermark, r.views[0].frontier),
+            (Some(2_500), Some(2_500))
+        );
+    }
+    e.push("t", batch(vec![1], vec![1], vec![7_000]))
+        .expect("push");
+    let r = e.trigger().expect("trigger");
+    assert_eq!(
+        (r.views[0].watermark, r.views[0].frontier),
+        (Some(7_000), Some(7_000))
+    );
+    assert_eq!(r.views[0].windows_closed, 1);
+    let r = e.finish().expect("finish");
+    assert_eq!(
+        (r.views[0].watermark, r.views[0].frontier),
+        (Some(i64::MAX), Some(i64::MAX))
+    );
+}

@@ -1,0 +1,203 @@
+//! Routing: which path each query shape takes, with the reason for every
+//! fallback — and every one, whichever path, equal to the batch oracle.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{batch, canon, oracle, Ev, Win};
+use thund::demo::SplitMix;
+use thund::{Engine, ExecMode, OutputMode, PathKind, ViewSpec, WindowSpec};
+
+use PathKind::{Incremental as Inc, Recompute as Rec};
+
+/// (SQL, path, a phrase the reason must hold)
+const TABLE: &[(&str, PathKind, &str)] = &[
+    ("SELECT k, COUNT(*) AS c FROM a GROUP BY k", Inc, ""),
+    ("SELECT COUNT(*) AS c, SUM(v) AS s FROM a", Inc, ""),
+    (
+        "SELECT g, AVG(f) AS af, MIN(d) AS md FROM a WHERE v > 0 GROUP BY g",
+        Inc,
+        "",
+    ),
+    (
+        "SELECT k, SUM(v) * 2 AS s2 FROM a GROUP BY k HAVING COUNT(*) > 1",
+        Inc,
+        "",
+    ),
+    (
+        "SELECT CAST(MAX(f) AS BIGINT) AS m, k + 1 AS k1 FROM a GROUP BY k + 1",
+        Inc,
+        "",
+    ),
+    ("SELECT k, g, COUNT(v) AS c FROM a GROUP BY k, g", Inc, ""),
+    (
+        "SELECT a.k, COUNT(*) AS n FROM a JOIN b ON a.k = b.k GROUP BY a.k",
+        Rec,
+        "several sources",
+    ),
+    (
+        "SELECT k, COUNT(DISTINCT g) AS dg FROM a GROUP BY k",
+        Rec,
+        "COUNT(DISTINCT",
+    ),
+    (
+        "SELECT k, v, RANK() OVER (PARTITION BY k ORDER BY v) AS r FROM a",
+        Rec,
+        "window function",
+    ),
+    (
+        "SELECT k, SUM(v) AS s FROM a GROUP BY k ORDER BY s DESC NULLS LAST, k LIMIT 2",
+        Rec,
+        "LIMIT",
+    ),
+    (
+        "SELECT k, SUM(v) AS s FROM a GROUP BY k ORDER BY k",
+        Rec,
+        "ORDER BY",
+    ),
+    (
+        "SELECT k, COUNT(*) AS n FROM a WHERE v > (SELECT AVG(v) FROM a) GROUP BY k",
+        Rec,
+        "subquery",
+    ),
+    ("SELECT DISTINCT k, g FROM a", Rec, ""),
+    ("SELECT k, v FROM a WHERE v > 0", Rec, "no GROUP BY"),
+    (
+        "SELECT g, MIN(g) AS first FROM a GROUP BY g",
+        Rec,
+        "MIN(Utf8)",
+    ),
+    ("SELECT k FROM a UNION ALL SELECT k FROM b", Rec, ""),
+    (
+        "SELECT k, COUNT(*) AS n FROM (SELECT k FROM a WHERE v > 0) s GROUP BY k",
+        Rec,
+        "reads",
+    ),
+    (
+        "SELECT k, STDDEV(f) AS sd FROM a GROUP BY k",
+        Rec,
+        "not incremental",
+    ),
+];
+
+fn stream(seed: u64) -> Vec<Vec<(usize, Ev)>> {
+    let mut r = SplitMix::new(seed);
+    let mut t = 80_000i64;
+    (0..6)
+        .map(|_| {
+            (0..25)
+                .map(|_| {
+                    t += r.below(150) as i64;
+                    let e = Ev {
+                        t: t - r.below(2_000) as i64,
+                        k: r.below(4) as i64,
+                        g: ["x", "y", "z"][r.below(3) as usize].to_string(),
+                        v: (r.below(5) != 0).then(|| r.below(40) as i64 - 20),
+                        f: r.below(100) as f64 / 4.0,
+                    };
+                    (r.below(2) as usize, e)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn uses_b(sql: &str) -> bool {
+    sql.contains(" b ") || sql.ends_with(" b") || sql.contains("JOIN b")
+}
+
+#[test]
+fn each_query_takes_its_path_and_equals_the_oracle() {
+    for (i, (sql, path, phrase)) in TABLE.iter().enumerate() {
+        let sources: &[&str] = if uses_b(sql) { &["a", "b"] } else { &["a"] };
+        let win = Win {
+            size: 2000,
+            slide: 1000,
+        };
+        let mut b = ViewSpec::builder("v", sql)
+            .window(WindowSpec::hopping(
+                Duration::from_secs(2),
+                Duration::from_secs(1),
+            ))
+            .allowed_lateness(Duration::from_millis(300));
+        for s in sources {
+            b = b.source(s, "ts", common::schema());
+        }
+        let mut e = Engine::builder().build().expect("engine");
+        e.create_view(b.build().expect("spec")).expect("view");
+        let plan = e.plan("v").expect("plan").clone();
+        assert_eq!(plan.path(), *path, "{sql}: {plan}");
+        assert!(
+            plan.reason().contains(phrase),
+            "{sql}: reason {:?} lacks {phrase:?}",
+            plan.reason()
+        );
+        if *path == Rec {
+            assert!(
+                !plan.reason().is_empty(),
+                "{sql}: a fallback needs a reason"
+            );
+        }
+        let explain = e.explain("v").expect("explain");
+        assert!(explain.contains(&format!("path: {path}")), "{explain}");
+
+        let mut triggers = stream(i as u64);
+        if sources.len() == 1 {
+            for t in &mut triggers {
+                for (s, _) in t.iter_mut() {
+                    *s = 0;
+                }
+            }
+        }
+        let (expected, _) = oracle(&triggers, sources, 300, win, sql);
+        let mut out = Vec::new();
+        for trig in &triggers {
+            for s in 0..sources.len() {
+                let rows: Vec<Ev> = trig
+                    .iter()
+                    .filter(|(x, _)| *x == s)
+                    .map(|(_, e)| e.clone())
+                    .collect();
+                e.push(sources[s], batch(&rows)).expect("push");
+            }
+            out.extend(e.trigger().expect("trigger").views[0].output.clone());
+        }
+        out.extend(e.finish().expect("finish").views[0].output.clone());
+        assert_eq!(canon(&out), expected, "{sql}");
+    }
+}
+
+#[test]
+fn sessions_no_window_and_forced_recompute_fall_back_with_reasons() {
+    let sql = "SELECT k, COUNT(*) AS c FROM a GROUP BY k";
+    let cases = [
+        (
+            Some(WindowSpec::session(Duration::from_secs(1), &["k"])),
+            ExecMode::Auto,
+            OutputMode::Append,
+            "session",
+        ),
+        (None, ExecMode::Auto, OutputMode::Complete, "no window"),
+        (
+            Some(WindowSpec::tumbling(Duration::from_secs(1))),
+            ExecMode::Recompute,
+            OutputMode::Append,
+            "mode = \"recompute\"",
+        ),
+    ];
+    for (w, mode, out, phrase) in cases {
+        let mut b = ViewSpec::builder("v", sql)
+            .source("a", "ts", common::schema())
+            .mode(mode)
+            .output(out);
+        if let Some(w) = w {
+            b = b.window(w);
+        }
+        let mut e = Engine::builder().build().expect("engine");
+        e.create_view(b.build().expect("spec")).expect("view");
+        let plan = e.plan("v").expect("plan");
+        assert_eq!(plan.path(), Rec);
+        assert!(plan.reason().contains(phrase), "{}", plan.reason());
+    }
+}
