@@ -153,13 +153,13 @@ fn each_query_takes_its_path_and_equals_the_oracle() {
         let (expected, _) = oracle(&triggers, sources, 300, win, sql);
         let mut out = Vec::new();
         for trig in &triggers {
-            for s in 0..sources.len() {
+            for (s, name) in sources.iter().enumerate() {
                 let rows: Vec<Ev> = trig
                     .iter()
                     .filter(|(x, _)| *x == s)
                     .map(|(_, e)| e.clone())
                     .collect();
-                e.push(sources[s], batch(&rows)).expect("push");
+                e.push(name, batch(&rows)).expect("push");
             }
             out.extend(e.trigger().expect("trigger").views[0].output.clone());
         }
