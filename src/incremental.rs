@@ -9,7 +9,9 @@
 //! Arrow columns shaped like the Aggregate node's output, and HAVING and the
 //! top projection run on that batch.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -288,7 +290,7 @@ impl IncrementalView {
     fn ingest(&mut self, on_time: Vec<OnTime>, w_prev: Option<EventTime>) -> Result<()> {
         let view = self.view.clone();
         let kinds: Vec<AggKind> = self.aggs.iter().map(|a| a.kind).collect();
-        let mut groups: HashMap<(Window, Vec<u8>), Vec<AggState>> = HashMap::new();
+        let mut updates: Vec<Update> = Vec::new();
         for o in on_time {
             let batch = &o.batch;
             let n = batch.num_rows();
@@ -328,6 +330,9 @@ impl IncrementalView {
                     .map_err(|e| Error::exec(&view, e))?;
                 vals.push(self.values(a, &arr)?);
             }
+            // pre-aggregate the batch by (window, key); keys are borrowed from the
+            // encoded rows, so only a new group allocates
+            let mut slots: FxHashMap<(Window, &[u8]), usize> = FxHashMap::default();
             for i in 0..n {
                 if !pass[i] && !global {
                     continue; // a filtered row makes no group; a global aggregate still has its window
@@ -338,11 +343,16 @@ impl IncrementalView {
                     if w_prev.is_some_and(|wp| w.end <= wp) {
                         continue;
                     }
-                    let win = w;
-                    let acc = groups
-                        .entry((win, key.to_vec()))
-                        .or_insert_with(|| vec![AggState::EMPTY; kinds.len()]);
+                    let slot = *slots.entry((w, key)).or_insert_with(|| {
+                        updates.push(Update {
+                            window: w,
+                            key: key.to_vec(),
+                            aggs: vec![AggState::EMPTY; kinds.len()],
+                        });
+                        updates.len() - 1
+                    });
                     if pass[i] {
+                        let acc = &mut updates[slot].aggs;
                         for (j, k) in kinds.iter().enumerate() {
                             let s = AggState::from_value(*k, vals[j][i]);
                             acc[j].combine(*k, &s).map_err(|e| Error::exec(&view, e))?;
@@ -351,10 +361,6 @@ impl IncrementalView {
                 }
             }
         }
-        let updates: Vec<Update> = groups
-            .into_iter()
-            .map(|((window, key), aggs)| Update { window, key, aggs })
-            .collect();
         if !updates.is_empty() {
             self.dataflow
                 .insert(updates)
