@@ -12,15 +12,21 @@ use crate::error::{Error, Result};
 use crate::incremental::IncrementalView;
 use crate::plan::{PathKind, ViewPlan};
 use crate::recompute::{OnTime, RecomputeView, Refusal, SourceInfo, SqlEvaluator};
+use crate::sidecar::{fingerprint, CheckpointOutcome, Sidecar};
 use crate::spec::ViewSpec;
 use crate::time::{bound_type, display, is_event_time_type, to_millis, EventTime};
 use crate::watermark::{Clock, SystemClock, WatermarkTracker};
+use crate::watermark::{SourceWatermark, WatermarkSnapshot};
+use std::collections::BTreeMap;
+use thund_checkpoint::{BlockingCheckpointStore, Counters, EpochMeta, SourceState, Takeover};
 
 /// Builds an [`Engine`].
 #[derive(Debug, Default)]
 pub struct EngineBuilder {
     clock: Option<Arc<dyn Clock>>,
     workers: Option<usize>,
+    state_root: Option<String>,
+    retain: Option<usize>,
 }
 
 impl EngineBuilder {
@@ -37,13 +43,43 @@ impl EngineBuilder {
         self
     }
 
+    /// Checkpoint to, and resume from, a state root: `file:///abs/path` or
+    /// `memory://name` (`s3://` with the `s3` feature of `thund-checkpoint`).
+    /// Each view takes a writer lease there; a second engine on the same
+    /// root and view is refused.
+    pub fn with_state_root(mut self, url: &str) -> Self {
+        self.state_root = Some(url.to_string());
+        self
+    }
+
+    /// Committed epochs kept per view (default 2, at least 1).
+    pub fn retain_epochs(mut self, n: usize) -> Self {
+        self.retain = Some(n.max(1));
+        self
+    }
+
     /// Build the engine.
     pub fn build(self) -> Result<Engine> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| Error::exec("<engine>", format!("cannot start the runtime: {e}")))?;
+        let (store, sidecar) = match &self.state_root {
+            None => (None, None),
+            Some(url) => {
+                let mut store = BlockingCheckpointStore::open(url)
+                    .map_err(|e| Error::Checkpoint(format!("state root {url}: {e}")))?;
+                if let Some(n) = self.retain {
+                    store = store.with_retention(n);
+                }
+                (Some(store), Some(Sidecar::start()?))
+            }
+        };
         Ok(Engine {
+            store,
+            sidecar,
+            offsets: BTreeMap::new(),
+            pending_offsets: BTreeMap::new(),
             views: Vec::new(),
             epoch: 0,
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
@@ -89,6 +125,8 @@ pub struct ViewReport {
     pub windows_closed: u64,
     /// The emitted rows (see the view's output schema).
     pub output: Vec<RecordBatch>,
+    /// Set on the first trigger after a resume: what was restored.
+    pub recovery: Option<Recovery>,
     /// Which path ran.
     pub path: PathKind,
     /// Why that path.
@@ -113,6 +151,8 @@ pub struct TriggerReport {
     pub views: Vec<ViewReport>,
     /// Time the whole trigger took.
     pub latency: Duration,
+    /// Checkpoints the sidecar committed (or failed) since the last report.
+    pub checkpoints: Vec<CheckpointOutcome>,
 }
 
 impl TriggerReport {
@@ -188,6 +228,24 @@ struct View {
     pending: Vec<Vec<RecordBatch>>,
     late: Vec<LateRow>,
     counters: ViewCounters,
+    fingerprint: String,
+    recovery: Option<Recovery>,
+    recovery_reported: bool,
+}
+
+/// What a view resumed from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recovery {
+    /// The checkpoint epoch resumed.
+    pub epoch: u64,
+    /// W restored.
+    pub watermark: Option<EventTime>,
+    /// Newer epochs passed over, with why (non-empty = a loud fall-back).
+    pub fell_back_from: Vec<String>,
+    /// Oddities the store noticed (ignored uncommitted epochs, …).
+    pub warnings: Vec<String>,
+    /// The caller's data stored with the epoch (see [`Engine::checkpoint`]).
+    pub extra: serde_json::Value,
 }
 
 /// Þund's engine: holds views, takes Arrow batches, and at each trigger
@@ -224,6 +282,11 @@ struct View {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Engine {
+    store: Option<BlockingCheckpointStore>,
+    sidecar: Option<Sidecar>,
+    /// Per source, the caller's offset after the last batch a trigger took in.
+    offsets: BTreeMap<String, u64>,
+    pending_offsets: BTreeMap<String, u64>,
     views: Vec<View>,
     epoch: u64,
     clock: Arc<dyn Clock>,
@@ -339,7 +402,28 @@ impl Engine {
             spec.watermark.idle_timeout,
             self.clock.now_ms(),
         );
-        self.views.push(View {
+        let fingerprint = fingerprint(&format!(
+            "v1|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            spec.name,
+            spec.sql,
+            sources
+                .iter()
+                .map(|s| (
+                    s.name.as_str(),
+                    s.event_time,
+                    s.schema
+                        .fields()
+                        .iter()
+                        .map(|f| format!("{}:{}:{}", f.name(), f.data_type(), f.is_nullable()))
+                        .collect::<Vec<_>>()
+                ))
+                .collect::<Vec<_>>(),
+            spec.window,
+            spec.watermark,
+            spec.output,
+            plan,
+        )); // not the worker count: state is re-partitioned on load
+        let mut view = View {
             pending: vec![Vec::new(); sources.len()],
             spec,
             plan,
@@ -348,8 +432,127 @@ impl Engine {
             runtime,
             late: Vec::new(),
             counters: ViewCounters::default(),
-        });
+            fingerprint,
+            recovery: None,
+            recovery_reported: false,
+        };
+        if let (Some(store), Some(sidecar)) = (&self.store, &mut self.sidecar) {
+            // fence first: a second writer must not even read a state it could corrupt
+            let writer = store
+                .acquire_with(&name, Takeover::IfStale)
+                .map_err(|e| Error::Checkpoint(format!("view `{name}`: {e}")))?;
+            let loaded = store
+                .load_expecting(&name, &view.fingerprint)
+                .map_err(|e| Error::Checkpoint(format!("view `{name}`: {e}")));
+            let loaded = match loaded {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = writer.release();
+                    return Err(e);
+                }
+            };
+            if let Some(l) = loaded {
+                if let Err(e) = view.restore(&l, self.clock.now_ms()) {
+                    let _ = writer.release();
+                    return Err(e);
+                }
+                for s in &l.manifest.sources {
+                    if let Some(o) = s.offset {
+                        self.offsets.entry(s.name.clone()).or_insert(o);
+                    }
+                }
+                self.epoch = self.epoch.max(l.manifest.epoch);
+            }
+            sidecar.register(writer)?;
+        }
+        self.views.push(view);
         Ok(())
+    }
+
+    /// Like [`Self::push`], recording the caller's position in `source`
+    /// after this batch (rows, bytes, a log offset: the caller's unit). A
+    /// checkpoint stores the offset of the last batch a trigger took in; after
+    /// a resume, [`Self::source_offset`] says where to replay from.
+    pub fn push_at(&mut self, source: &str, batch: RecordBatch, offset: u64) -> Result<()> {
+        self.push(source, batch)?;
+        self.pending_offsets.insert(source.to_string(), offset);
+        Ok(())
+    }
+
+    /// Where to resume `source` from: the offset of the last batch taken in
+    /// by a trigger (restored from a checkpoint, or since), if any.
+    pub fn source_offset(&self, source: &str) -> Option<u64> {
+        self.offsets.get(source).copied()
+    }
+
+    /// What a view resumed from, if it resumed.
+    pub fn recovery(&self, view: &str) -> Result<Option<&Recovery>> {
+        Ok(self.view(view)?.recovery.as_ref())
+    }
+
+    /// Capture every view's state at the current epoch and hand it to the
+    /// sidecar, which writes it in the background (`extra` is stored in the
+    /// manifest and given back by [`Self::recovery`]). The next checkpoint
+    /// waits while this one is still queued. Outcomes arrive in later
+    /// trigger reports, or from [`Self::sync_checkpoints`].
+    pub fn checkpoint(&mut self, extra: serde_json::Value) -> Result<()> {
+        let Some(sidecar) = self.sidecar.as_mut() else {
+            return Err(Error::Checkpoint(
+                "no state root: build the engine with_state_root(url)".into(),
+            ));
+        };
+        for v in &mut self.views {
+            let names: Vec<String> = v.sources.iter().map(|s| s.name.clone()).collect();
+            let files = match &mut v.runtime {
+                ViewRuntime::Recompute(r) => r.export(&names)?,
+                ViewRuntime::Incremental(r) => r.export()?,
+            };
+            let snap = v.tracker.snapshot();
+            let mut counters = Counters {
+                late_rows_dropped: v.counters.late_rows_dropped,
+                windows_closed: v.counters.windows_closed,
+                ..Counters::default()
+            };
+            counters.other.insert("rows".into(), v.counters.rows);
+            counters
+                .other
+                .insert("invalid_rows".into(), v.counters.invalid_rows);
+            let meta = EpochMeta {
+                fingerprint: v.fingerprint.clone(),
+                watermark: snap.watermark,
+                sources: snap
+                    .sources
+                    .iter()
+                    .map(|s| SourceState {
+                        name: s.name.clone(),
+                        max_event_time: s.max_event_time,
+                        idle: s.idle,
+                        last_active_ms: Some(s.last_active_ms),
+                        offset: self.offsets.get(&s.name).copied(),
+                    })
+                    .collect(),
+                counters,
+                emitted_frontier: snap.watermark,
+                extra: extra.clone(),
+            };
+            sidecar.write(&v.spec.name, self.epoch, files, meta)?;
+        }
+        Ok(())
+    }
+
+    /// Wait until every queued checkpoint is committed; an error names the
+    /// first that failed.
+    pub fn sync_checkpoints(&mut self) -> Result<Vec<CheckpointOutcome>> {
+        let out = self.sidecar.as_mut().map(|s| s.sync()).unwrap_or_default();
+        if let Some(bad) = out.iter().find(|o| o.result.is_err()) {
+            return Err(Error::Checkpoint(format!(
+                "view `{}` epoch {}: {}",
+                bad.view,
+                bad.epoch,
+                bad.result.as_ref().err().cloned().unwrap_or_default()
+            )));
+        }
+        Ok(out)
     }
 
     /// Queue a batch for every view that reads `source`. It is checked
@@ -413,10 +616,14 @@ impl Engine {
             reports.push(v.trigger(epoch, now, finishing)?);
         }
         self.epoch = epoch;
+        let pending = std::mem::take(&mut self.pending_offsets);
+        self.offsets.extend(pending);
+        let checkpoints = self.sidecar.as_mut().map(|s| s.poll()).unwrap_or_default();
         Ok(TriggerReport {
             epoch,
             views: reports,
             latency: started.elapsed(),
+            checkpoints,
         })
     }
 
@@ -641,6 +848,72 @@ fn names(s: &Schema) -> String {
 }
 
 impl View {
+    /// Restore a loaded checkpoint: W and per-source state, counters, operator state.
+    fn restore(&mut self, l: &thund_checkpoint::Loaded, now: i64) -> Result<()> {
+        let m = &l.manifest;
+        let snap = WatermarkSnapshot {
+            watermark: m.watermark,
+            sources: m
+                .sources
+                .iter()
+                .map(|s| SourceWatermark {
+                    name: s.name.clone(),
+                    max_event_time: s.max_event_time,
+                    last_active_ms: s.last_active_ms.unwrap_or(now),
+                    idle: s.idle,
+                })
+                .collect(),
+        };
+        self.tracker.restore(&snap);
+        self.counters = ViewCounters {
+            rows: m.counters.other.get("rows").copied().unwrap_or(0),
+            late_rows_dropped: m.counters.late_rows_dropped,
+            invalid_rows: m.counters.other.get("invalid_rows").copied().unwrap_or(0),
+            windows_closed: m.counters.windows_closed,
+        };
+        let batches = |op: &str| l.batches(op).cloned().collect::<Vec<RecordBatch>>();
+        match &mut self.runtime {
+            ViewRuntime::Incremental(r) => r.import(
+                m.watermark,
+                batches("aggregate"),
+                batches("complete-closed"),
+            )?,
+            ViewRuntime::Recompute(r) => {
+                let mut rows = Vec::new();
+                for (si, src) in self.sources.iter().enumerate() {
+                    for b in batches(&format!("rows-{}", src.name)) {
+                        let b = conform(&src.name, &src.schema, b).map_err(|e| {
+                            Error::Checkpoint(format!(
+                                "view `{}`: stored rows: {e}",
+                                self.spec.name
+                            ))
+                        })?;
+                        let times = to_millis(b.column(src.event_time).as_ref())?;
+                        rows.push(OnTime {
+                            source: si,
+                            batch: b,
+                            times,
+                        });
+                    }
+                }
+                r.import(
+                    m.watermark,
+                    rows,
+                    batches("complete-closed"),
+                    batches("session-closed"),
+                )?;
+            }
+        }
+        self.recovery = Some(Recovery {
+            epoch: m.epoch,
+            watermark: m.watermark,
+            fell_back_from: l.fell_back_from.iter().map(|s| format!("{s:?}")).collect(),
+            warnings: l.warnings.clone(),
+            extra: m.extra.clone(),
+        });
+        Ok(())
+    }
+
     fn trigger(&mut self, epoch: u64, now: i64, finishing: bool) -> Result<ViewReport> {
         let started = Instant::now();
         let w_prev = self.tracker.watermark();
@@ -722,6 +995,12 @@ impl View {
             previous_watermark: w_prev,
             watermark: w,
             frontier,
+            recovery: if self.recovery_reported {
+                None
+            } else {
+                self.recovery_reported = true;
+                self.recovery.clone()
+            },
             rows,
             late_rows_dropped: late,
             invalid_rows: invalid,

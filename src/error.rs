@@ -95,6 +95,9 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// Writing or reading a checkpoint failed, or a state root cannot be used.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
     /// Arrow failed on data the engine built (not user input).
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),

@@ -59,6 +59,7 @@ pub(crate) struct IncrementalView {
     having: Option<Arc<dyn PhysicalExpr>>,
     projection: Option<Vec<Arc<dyn PhysicalExpr>>>,
     dataflow: WindowedAggregate,
+    config: Config,
     /// Complete mode: current states of open (window, key)s, and closed results.
     open: BTreeMap<(Window, Vec<u8>), Vec<AggState>>,
     closed_results: Vec<RecordBatch>,
@@ -177,7 +178,8 @@ impl IncrementalView {
         };
         let config =
             Config::new(aggs.iter().map(|a| a.kind).collect()).with_workers(workers.max(1));
-        let dataflow = WindowedAggregate::spawn(config).map_err(|e| Error::exec(view, e))?;
+        let dataflow =
+            WindowedAggregate::spawn(config.clone()).map_err(|e| Error::exec(view, e))?;
         let out = output_schema(&eval.out_schema, Some(&bound), mode);
         Ok(IncrementalView {
             view: view.to_string(),
@@ -194,6 +196,7 @@ impl IncrementalView {
             having,
             projection,
             dataflow,
+            config,
             open: BTreeMap::new(),
             closed_results: Vec::new(),
         })
@@ -228,6 +231,174 @@ impl IncrementalView {
                 }
             })
             .collect()
+    }
+
+    /// Schema of the exported state: `window_start`, `window_end` (ms), the
+    /// group keys decoded to their Arrow types, then per aggregate `j`:
+    /// `agg{j}_count` (non-NULL inputs), `agg{j}_int` (integer or scaled
+    /// decimal accumulator) and `agg{j}_float` (float accumulator).
+    fn state_schema(&self) -> SchemaRef {
+        let n_keys = self.keys.len();
+        let mut fields = vec![
+            Field::new("window_start", DataType::Int64, false),
+            Field::new("window_end", DataType::Int64, false),
+        ];
+        fields.extend((0..n_keys).map(|i| self.agg_schema.field(i).clone()));
+        for j in 0..self.aggs.len() {
+            fields.push(Field::new(format!("agg{j}_count"), DataType::Int64, false));
+            fields.push(Field::new(
+                format!("agg{j}_int"),
+                DataType::Decimal128(38, 0),
+                true,
+            ));
+            fields.push(Field::new(format!("agg{j}_float"), DataType::Float64, true));
+        }
+        Arc::new(Schema::new(fields))
+    }
+
+    fn state_batch(&self, updates: &[Update]) -> Result<RecordBatch> {
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(
+                updates.iter().map(|u| u.window.start),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                updates.iter().map(|u| u.window.end),
+            )),
+        ];
+        if let Some(conv) = &self.converter {
+            let parser = conv.parser();
+            cols.extend(conv.convert_rows(updates.iter().map(|u| parser.parse(&u.key)))?);
+        }
+        for j in 0..self.aggs.len() {
+            cols.push(Arc::new(Int64Array::from_iter_values(
+                updates.iter().map(|u| u.aggs[j].count),
+            )));
+            cols.push(Arc::new(
+                Decimal128Array::from_iter(updates.iter().map(|u| match u.aggs[j].value {
+                    Value::Int(i) => Some(i),
+                    _ => None,
+                }))
+                .with_precision_and_scale(38, 0)?,
+            ));
+            cols.push(Arc::new(Float64Array::from_iter(updates.iter().map(
+                |u| match u.aggs[j].value {
+                    Value::Float(f) => Some(f),
+                    _ => None,
+                },
+            ))));
+        }
+        Ok(RecordBatch::try_new(self.state_schema(), cols)?)
+    }
+
+    /// The dataflow's open (window, key) states per worker (`aggregate`), and
+    /// Complete mode's closed results (`complete-closed`), as checkpoint files.
+    pub fn export(&mut self) -> Result<Vec<thund_checkpoint::NewFile>> {
+        let snap = self
+            .dataflow
+            .snapshot()
+            .map_err(|e| Error::exec(&self.view, e))?;
+        let mut files = Vec::new();
+        for (worker, updates) in snap {
+            if !updates.is_empty() {
+                files.push(thund_checkpoint::NewFile {
+                    operator: "aggregate".into(),
+                    worker,
+                    batches: vec![self.state_batch(&updates)?],
+                });
+            }
+        }
+        if !self.closed_results.is_empty() {
+            files.push(thund_checkpoint::NewFile {
+                operator: "complete-closed".into(),
+                worker: 0,
+                batches: self.closed_results.clone(),
+            });
+        }
+        Ok(files)
+    }
+
+    /// Restart the dataflow at `w` holding exported state (any worker count).
+    pub fn import(
+        &mut self,
+        w: Option<EventTime>,
+        state: Vec<RecordBatch>,
+        closed: Vec<RecordBatch>,
+    ) -> Result<()> {
+        let bad =
+            |m: &str| Error::Checkpoint(format!("view `{}`: aggregate state: {m}", self.view));
+        let n_keys = self.keys.len();
+        let mut updates = Vec::new();
+        for b in &state {
+            if b.num_columns() != 2 + n_keys + 3 * self.aggs.len() {
+                return Err(bad("unexpected columns"));
+            }
+            let i64col = |i: usize| {
+                b.column(i)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .cloned()
+                    .ok_or_else(|| bad("expected Int64"))
+            };
+            let starts = i64col(0)?;
+            let ends = i64col(1)?;
+            let keys = match &self.converter {
+                Some(conv) => Some(conv.convert_columns(&b.columns()[2..2 + n_keys])?),
+                None => None,
+            };
+            let mut per_agg = Vec::new();
+            for j in 0..self.aggs.len() {
+                let base = 2 + n_keys + 3 * j;
+                let c = i64col(base)?;
+                let int = b
+                    .column(base + 1)
+                    .as_any()
+                    .downcast_ref::<Decimal128Array>()
+                    .cloned()
+                    .ok_or_else(|| bad("expected Decimal128"))?;
+                let fl = b
+                    .column(base + 2)
+                    .as_any()
+                    .downcast_ref::<Float64Array>()
+                    .cloned()
+                    .ok_or_else(|| bad("expected Float64"))?;
+                per_agg.push((c, int, fl));
+            }
+            for i in 0..b.num_rows() {
+                let aggs = per_agg
+                    .iter()
+                    .map(|(c, int, fl)| AggState {
+                        count: c.value(i),
+                        value: if int.is_valid(i) {
+                            Value::Int(int.value(i))
+                        } else if fl.is_valid(i) {
+                            Value::Float(fl.value(i))
+                        } else {
+                            Value::Null
+                        },
+                    })
+                    .collect();
+                updates.push(Update {
+                    window: Window::new(starts.value(i), ends.value(i)),
+                    key: keys
+                        .as_ref()
+                        .map_or_else(Vec::new, |k| k.row(i).data().to_vec()),
+                    aggs,
+                });
+            }
+        }
+        if self.mode == OutputMode::Complete {
+            self.open = updates
+                .iter()
+                .map(|u| ((u.window, u.key.clone()), u.aggs.clone()))
+                .collect();
+            self.closed_results = closed;
+        }
+        self.dataflow =
+            WindowedAggregate::restore(self.config.clone(), w.unwrap_or(EventTime::MIN), updates)
+                .map_err(|e| {
+                Error::Checkpoint(format!("view `{}`: restoring the dataflow: {e}", self.view))
+            })?;
+        Ok(())
     }
 
     /// Per-row aggregate inputs as dataflow values.

@@ -28,14 +28,16 @@ mod incremental;
 pub mod io;
 pub mod plan;
 mod recompute;
+mod sidecar;
 pub mod spec;
 pub mod time;
 pub mod watermark;
 pub mod window;
 
-pub use engine::{Engine, EngineBuilder, TriggerReport, ViewCounters, ViewReport};
+pub use engine::{Engine, EngineBuilder, Recovery, TriggerReport, ViewCounters, ViewReport};
 pub use error::{Error, Result};
 pub use plan::{PathKind, ViewPlan};
+pub use sidecar::CheckpointOutcome;
 pub use spec::{ExecMode, OutputMode, SourceSpec, ViewSpec, WatermarkSpec, WindowKind, WindowSpec};
 pub use watermark::{Clock, ManualClock, SystemClock, WatermarkTracker};
 

@@ -156,6 +156,13 @@ pub(crate) struct OnTime {
     pub times: Int64Array,
 }
 
+/// What taking rows in dirtied.
+#[derive(Default)]
+pub(crate) struct Dirty {
+    windows: Vec<(EventTime, EventTime)>,
+    sessions: std::collections::HashSet<(Vec<u8>, EventTime)>,
+}
+
 /// What a step emitted.
 #[derive(Default)]
 pub(crate) struct StepOutput {
@@ -371,6 +378,7 @@ impl RecomputeView {
         w: Option<EventTime>,
     ) -> Result<StepOutput> {
         let finishing = w == Some(EventTime::MAX);
+        let d = self.insert_rows(on_time, w_prev)?;
         let mut out = StepOutput::default();
         let n = self.n_sources;
         match &mut self.layout {
@@ -379,12 +387,6 @@ impl RecomputeView {
                 result,
                 dirty,
             } => {
-                for o in on_time {
-                    if o.batch.num_rows() > 0 {
-                        rows[o.source].push(o.batch);
-                        *dirty = true;
-                    }
-                }
                 let old = result.take();
                 let new = if *dirty || old.is_none() {
                     *dirty = false;
@@ -415,25 +417,7 @@ impl RecomputeView {
                 panes,
                 live,
             } => {
-                // 1. rows into panes; mark the windows they dirty
-                let mut dirty: Vec<(EventTime, EventTime)> = Vec::new();
-                for o in on_time {
-                    for (pane, idx) in group_by(&o.times, |t| windows.pane_of(t)) {
-                        let part = take_rows(&o.batch, &idx)?;
-                        panes.entry(pane).or_insert_with(|| vec![Vec::new(); n])[o.source]
-                            .push(part);
-                        for win in windows.windows_of(pane) {
-                            if w_prev.is_some_and(|wp| win.end <= wp) {
-                                continue; // closed already; the row is on time for a later window
-                            }
-                            let k = (win.end, win.start);
-                            live.entry(k).or_insert(None);
-                            dirty.push(k);
-                        }
-                    }
-                }
-                dirty.sort_unstable();
-                dirty.dedup();
+                let dirty = &d.windows;
                 let closes = |k: &(EventTime, EventTime)| w.is_some_and(|w| k.0 <= w);
                 let rows_of = |panes: &BTreeMap<EventTime, Vec<Vec<RecordBatch>>>,
                                start: EventTime,
@@ -448,7 +432,15 @@ impl RecomputeView {
                 };
                 // 2. open windows this trigger changed (Update, Complete)
                 if self.mode != OutputMode::Append {
-                    for k in dirty.iter().filter(|k| !closes(k)) {
+                    // dirtied by this trigger, or without a result yet (after a restore)
+                    let todo: Vec<(EventTime, EventTime)> = live
+                        .iter()
+                        .filter(|(k, r)| {
+                            !closes(k) && (r.is_none() || dirty.binary_search(k).is_ok())
+                        })
+                        .map(|(k, _)| *k)
+                        .collect();
+                    for k in todo.iter() {
                         let new = self.eval.eval(rows_of(panes, k.1, k.0))?;
                         let old = live.insert(*k, Some(new.clone())).flatten();
                         if self.mode == OutputMode::Update {
@@ -526,7 +518,7 @@ impl RecomputeView {
                 }
             }
             Layout::Session(s) => {
-                let dirty = s.insert(on_time)?;
+                let dirty = &d.sessions;
                 let mode = self.mode;
                 let mut emitted_open = Vec::new();
                 let mut closing = Vec::new();
@@ -605,6 +597,144 @@ impl RecomputeView {
         }
         out.batches.retain(|b| b.num_rows() > 0);
         Ok(out)
+    }
+
+    /// Take rows in: into the buffers of their panes, sessions or the whole
+    /// view; returns what they dirtied.
+    fn insert_rows(&mut self, on_time: Vec<OnTime>, w_prev: Option<EventTime>) -> Result<Dirty> {
+        let n = self.n_sources;
+        let mut d = Dirty::default();
+        match &mut self.layout {
+            Layout::All { rows, dirty, .. } => {
+                for o in on_time {
+                    if o.batch.num_rows() > 0 {
+                        rows[o.source].push(o.batch);
+                        *dirty = true;
+                    }
+                }
+            }
+            Layout::Time {
+                windows,
+                panes,
+                live,
+            } => {
+                for o in on_time {
+                    for (pane, idx) in group_by(&o.times, |t| windows.pane_of(t)) {
+                        let part = take_rows(&o.batch, &idx)?;
+                        panes.entry(pane).or_insert_with(|| vec![Vec::new(); n])[o.source]
+                            .push(part);
+                        for win in windows.windows_of(pane) {
+                            if w_prev.is_some_and(|wp| win.end <= wp) {
+                                continue; // closed already; the row is on time for a later window
+                            }
+                            let k = (win.end, win.start);
+                            live.entry(k).or_insert(None);
+                            d.windows.push(k);
+                        }
+                    }
+                }
+                d.windows.sort_unstable();
+                d.windows.dedup();
+            }
+            Layout::Session(s) => d.sessions = s.insert(on_time)?,
+        }
+        Ok(d)
+    }
+
+    /// The buffered state as checkpoint files: the rows of each source
+    /// (`rows-{source}`), Complete mode's closed results (`complete-closed`)
+    /// and the ends of closed sessions per key (`session-closed`).
+    pub fn export(&self, names: &[String]) -> Result<Vec<thund_checkpoint::NewFile>> {
+        let mut per: Vec<Vec<RecordBatch>> = vec![Vec::new(); self.n_sources];
+        match &self.layout {
+            Layout::All { rows, .. } => {
+                for (i, r) in rows.iter().enumerate() {
+                    per[i].extend(r.iter().cloned());
+                }
+            }
+            Layout::Time { panes, .. } => {
+                for p in panes.values() {
+                    for (i, b) in p.iter().enumerate() {
+                        per[i].extend(b.iter().cloned());
+                    }
+                }
+            }
+            Layout::Session(s) => {
+                for list in s.open.values() {
+                    for sess in list {
+                        per[0].extend(sess.rows.iter().cloned());
+                    }
+                }
+            }
+        }
+        let mut files = Vec::new();
+        for (i, batches) in per.into_iter().enumerate() {
+            files.push(thund_checkpoint::NewFile {
+                operator: format!("rows-{}", names[i]),
+                worker: 0,
+                batches: batches.into_iter().filter(|b| b.num_rows() > 0).collect(),
+            });
+        }
+        if !self.closed_results.is_empty() {
+            files.push(thund_checkpoint::NewFile {
+                operator: "complete-closed".into(),
+                worker: 0,
+                batches: self.closed_results.clone(),
+            });
+        }
+        if let Layout::Session(s) = &self.layout {
+            if !s.closed_end.is_empty() {
+                let keys: Vec<&[u8]> = s.closed_end.keys().map(|k| k.as_slice()).collect();
+                let ends: Vec<EventTime> = s.closed_end.values().copied().collect();
+                let schema = Arc::new(Schema::new(vec![
+                    Field::new("key", DataType::Binary, false),
+                    Field::new("end", DataType::Int64, false),
+                ]));
+                let b = RecordBatch::try_new(
+                    schema,
+                    vec![
+                        Arc::new(arrow::array::BinaryArray::from(keys)),
+                        Arc::new(Int64Array::from(ends)),
+                    ],
+                )?;
+                files.push(thund_checkpoint::NewFile {
+                    operator: "session-closed".into(),
+                    worker: 0,
+                    batches: vec![b],
+                });
+            }
+        }
+        Ok(files)
+    }
+
+    /// Restore what [`Self::export`] wrote, at watermark `w`.
+    pub fn import(
+        &mut self,
+        w: Option<EventTime>,
+        rows: Vec<OnTime>,
+        closed: Vec<RecordBatch>,
+        session_closed: Vec<RecordBatch>,
+    ) -> Result<()> {
+        self.insert_rows(rows, w)?;
+        self.closed_results = closed;
+        if let Layout::Session(s) = &mut self.layout {
+            for b in session_closed {
+                let (Some(k), Some(e)) = (
+                    b.column(0)
+                        .as_any()
+                        .downcast_ref::<arrow::array::BinaryArray>(),
+                    b.column(1).as_any().downcast_ref::<Int64Array>(),
+                ) else {
+                    return Err(Error::Checkpoint(
+                        "session-closed has unexpected columns".into(),
+                    ));
+                };
+                for i in 0..b.num_rows() {
+                    s.closed_end.insert(k.value(i).to_vec(), e.value(i));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Rows buffered for open windows (all sources).

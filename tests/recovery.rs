@@ -1,0 +1,166 @@
+//! Simulated crashes: a run that checkpoints, stops at a random trigger
+//! (dropping the engine), and resumes from its state root with another
+//! worker count emits, with the outputs after its last committed checkpoint
+//! discarded (as an exactly-once sink does), exactly what one uninterrupted
+//! run emits — for incremental and recompute shapes and every output mode.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use arrow::array::{Array, BooleanArray, RecordBatch};
+use common::{batch, canon, cases, Ev};
+use proptest::prelude::*;
+use thund::{Engine, ExecMode, OutputMode, PathKind, ViewSpec, WindowSpec};
+
+const SHAPES: &[(&str, &str, ExecMode)] = &[
+    (
+        "SELECT k, COUNT(*) AS c, SUM(v) AS s, MAX(f) AS m, AVG(d) AS ad FROM t GROUP BY k",
+        "hop",
+        ExecMode::Auto,
+    ),
+    (
+        "SELECT COUNT(*) AS c, MIN(v) AS mn FROM t WHERE v > 0",
+        "tumble",
+        ExecMode::Auto,
+    ),
+    (
+        "SELECT k, SUM(v) AS s FROM t GROUP BY k HAVING COUNT(*) > 1",
+        "tumble",
+        ExecMode::Recompute,
+    ),
+    (
+        "SELECT g, COUNT(*) AS c FROM t GROUP BY g ORDER BY c DESC, g LIMIT 2",
+        "hop",
+        ExecMode::Auto,
+    ),
+    (
+        "SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k",
+        "session",
+        ExecMode::Auto,
+    ),
+];
+
+static CASE: AtomicUsize = AtomicUsize::new(0);
+
+fn spec(shape: usize, mode: OutputMode) -> ViewSpec {
+    let (sql, win, exec) = SHAPES[shape];
+    let w = match win {
+        "hop" => WindowSpec::hopping(Duration::from_millis(2000), Duration::from_millis(1000)),
+        "tumble" => WindowSpec::tumbling(Duration::from_millis(1500)),
+        _ => WindowSpec::session(Duration::from_millis(700), &["k"]),
+    };
+    ViewSpec::builder("v", sql)
+        .source("t", "ts", common::schema())
+        .window(w)
+        .allowed_lateness(Duration::from_millis(300))
+        .output(mode)
+        .mode(exec)
+        .build()
+        .expect("spec")
+}
+
+fn answer(mode: OutputMode, outs: &[Vec<RecordBatch>]) -> Vec<String> {
+    match mode {
+        OutputMode::Append => canon(&outs.concat()),
+        OutputMode::Complete => canon(outs.last().map(|v| v.as_slice()).unwrap_or(&[])),
+        OutputMode::Update => {
+            let mut fin = Vec::new();
+            for b in outs.iter().flatten() {
+                let flag = b
+                    .column(b.num_columns() - 1)
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .expect("flag")
+                    .clone();
+                let kept = arrow::compute::filter_record_batch(b, &flag).expect("filter");
+                fin.push(
+                    kept.project(&(0..b.num_columns() - 1).collect::<Vec<_>>())
+                        .expect("project"),
+                );
+            }
+            canon(&fin)
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(24), ..ProptestConfig::default() })]
+
+    #[test]
+    fn resumed_run_equals_uninterrupted_run(
+        rows in prop::collection::vec((0i64..3, 0usize..3, prop::option::weighted(0.85, -20i64..20), 0i64..200, 0i64..1500), 1..90),
+        per_trigger in 3usize..15,
+        shape in 0..SHAPES.len(),
+        mode in prop_oneof![Just(OutputMode::Append), Just(OutputMode::Update), Just(OutputMode::Complete)],
+        crash_frac in 0.0f64..1.0,
+        every in 1usize..4,
+        workers in (1usize..=2, 1usize..=2),
+    ) {
+        let mut t = 100_000i64;
+        let evs: Vec<Ev> = rows
+            .into_iter()
+            .map(|(k, g, v, step, back)| {
+                t += step;
+                Ev { t: t - back, k, g: ["a", "b", "c"][g].into(), v, f: k as f64 * 1.5 }
+            })
+            .collect();
+        let triggers: Vec<Vec<Ev>> = evs.chunks(per_trigger).map(|c| c.to_vec()).collect();
+
+        // one uninterrupted run
+        let mut e = Engine::builder().build().expect("engine");
+        e.create_view(spec(shape, mode)).expect("view");
+        let mut outs = Vec::new();
+        for trig in &triggers {
+            e.push("t", batch(trig)).expect("push");
+            outs.push(e.trigger().expect("trigger").views[0].output.clone());
+        }
+        outs.push(e.finish().expect("finish").views[0].output.clone());
+        let expected = answer(mode, &outs);
+
+        // a run that stops after `crash` triggers, checkpointing every `every`
+        let root = format!("memory://recovery-{}", CASE.fetch_add(1, Ordering::SeqCst));
+        let crash = ((triggers.len() as f64) * crash_frac) as usize;
+        let mut kept: Vec<Vec<RecordBatch>> = Vec::new();
+        let mut since_checkpoint: Vec<Vec<RecordBatch>> = Vec::new();
+        {
+            let mut a = Engine::builder().workers(workers.0).with_state_root(&root).build().expect("engine");
+            a.create_view(spec(shape, mode)).expect("view");
+            prop_assert!(a.recovery("v").expect("view").is_none());
+            for (i, trig) in triggers.iter().enumerate().take(crash) {
+                a.push_at("t", batch(trig), i as u64 + 1).expect("push");
+                since_checkpoint.push(a.trigger().expect("trigger").views[0].output.clone());
+                if (i + 1) % every == 0 {
+                    a.checkpoint(serde_json::json!({ "trigger": i + 1 })).expect("checkpoint");
+                    a.sync_checkpoints().expect("committed");
+                    kept.append(&mut since_checkpoint);
+                }
+            }
+            // the crash: outputs after the last commit are lost with the process
+        }
+        let mut b = Engine::builder().workers(workers.1).with_state_root(&root).build().expect("engine");
+        b.create_view(spec(shape, mode)).expect("resume");
+        let from = b.source_offset("t").unwrap_or(0) as usize;
+        prop_assert_eq!(from, crash / every * every, "resume offset");
+        if from > 0 {
+            let rec = b.recovery("v").expect("view").cloned().expect("resumed");
+            prop_assert_eq!(rec.extra["trigger"].as_u64(), Some(from as u64));
+            prop_assert!(rec.fell_back_from.is_empty());
+        }
+        let want = if SHAPES[shape].2 == ExecMode::Auto && SHAPES[shape].1 != "session" && shape != 3 {
+            PathKind::Incremental
+        } else {
+            PathKind::Recompute
+        };
+        prop_assert_eq!(b.plan("v").expect("plan").path(), want);
+        for (i, trig) in triggers.iter().enumerate().skip(from) {
+            b.push_at("t", batch(trig), i as u64 + 1).expect("push");
+            kept.push(b.trigger().expect("trigger").views[0].output.clone());
+            b.checkpoint(serde_json::Value::Null).expect("checkpoint");
+        }
+        kept.push(b.finish().expect("finish").views[0].output.clone());
+        b.sync_checkpoints().expect("committed");
+        prop_assert_eq!(answer(mode, &kept), expected);
+    }
+}
