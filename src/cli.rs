@@ -33,6 +33,15 @@ pub enum Command {
     Run(RunArgs),
     /// Show a view's plan and the path it takes.
     Explain(ExplainArgs),
+    /// List a state root's views, epochs, watermarks, files and row counts.
+    Inspect(InspectArgs),
+}
+
+/// `thund inspect`.
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The state root: file:///abs/path (or memory://, only within one process).
+    pub url: String,
 }
 
 /// `thund demo`.
@@ -70,6 +79,15 @@ pub struct RunArgs {
     /// A JSON-lines file with one object per trigger.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Checkpoint every trigger to this state root (file:///abs/path) and
+    /// resume from it when started again; `--output` is then an exactly-once
+    /// CSV sink across restarts.
+    #[arg(long)]
+    pub state_root: Option<String>,
+    /// Stop after N triggers of this process, without ending the stream
+    /// (a clean, simulated crash; run again to resume).
+    #[arg(long)]
+    pub max_triggers: Option<usize>,
 }
 
 /// `thund explain`.
@@ -94,6 +112,7 @@ pub fn run_cli(cli: Cli) -> Result<()> {
         Command::Demo(a) => demo(a),
         Command::Run(a) => run(a),
         Command::Explain(a) => explain(a),
+        Command::Inspect(a) => inspect(a),
     }
 }
 
@@ -145,6 +164,70 @@ fn load_inputs(spec: &mut ViewSpec, inputs: &[(String, PathBuf)]) -> Result<Vec<
     Ok(data)
 }
 
+fn out_err(path: &std::path::Path, e: impl std::fmt::Display) -> Error {
+    Error::Output {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// A CSV file that only grows by whole triggers: its committed length is
+/// stored with each checkpoint, and a resume truncates back to it.
+struct ExactlyOnceCsv {
+    path: PathBuf,
+    file: std::fs::File,
+    len: u64,
+}
+
+impl ExactlyOnceCsv {
+    fn open(path: &std::path::Path, committed: u64) -> Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| out_err(path, e))?;
+        let have = file.metadata().map_err(|e| out_err(path, e))?.len();
+        if have < committed {
+            return Err(out_err(
+                path,
+                format!("holds {have} bytes but the checkpoint committed {committed}: the output file was changed or replaced"),
+            ));
+        }
+        // drop what triggers after the last committed checkpoint wrote (and any torn row)
+        file.set_len(committed).map_err(|e| out_err(path, e))?;
+        Ok(ExactlyOnceCsv {
+            path: path.to_path_buf(),
+            file,
+            len: committed,
+        })
+    }
+
+    fn write(&mut self, batches: &[RecordBatch]) -> Result<u64> {
+        use std::io::Seek;
+        self.file
+            .seek(std::io::SeekFrom::Start(self.len))
+            .map_err(|e| out_err(&self.path, e))?;
+        {
+            let mut buf = std::io::BufWriter::new(&mut self.file);
+            let mut w = arrow::csv::WriterBuilder::new()
+                .with_header(self.len == 0)
+                .build(&mut buf);
+            for b in batches.iter().filter(|b| b.num_rows() > 0) {
+                w.write(b).map_err(|e| out_err(&self.path, e))?;
+            }
+            drop(w);
+            buf.flush().map_err(|e| out_err(&self.path, e))?;
+        }
+        self.len = self
+            .file
+            .stream_position()
+            .map_err(|e| out_err(&self.path, e))?;
+        Ok(self.len)
+    }
+}
+
 fn run(a: RunArgs) -> Result<()> {
     let mut spec = ViewSpec::from_toml_file(&a.view)?;
     let inputs = parse_inputs(&spec, &a.inputs)?;
@@ -159,76 +242,204 @@ fn run(a: RunArgs) -> Result<()> {
     let data = load_inputs(&mut spec, &inputs)?;
     let names: Vec<String> = spec.sources.iter().map(|s| s.name.clone()).collect();
     let view = spec.name.clone();
-    let mut engine = Engine::builder().build()?;
+    let mut builder = Engine::builder();
+    if let Some(url) = &a.state_root {
+        builder = builder.with_state_root(url);
+    }
+    let mut engine = builder.build()?;
     engine.create_view(spec)?;
+    let recovery = engine.recovery(&view)?.cloned();
+    if let Some(r) = &recovery {
+        eprintln!(
+            "thund run: resuming view `{view}` from epoch {} (W = {}){}",
+            r.epoch,
+            display(r.watermark),
+            if r.fell_back_from.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; FELL BACK past newer epochs: {}",
+                    r.fell_back_from.join("; ")
+                )
+            }
+        );
+    }
+    // replay each source from its offset (rows taken in by committed triggers)
     let chunks: Vec<Vec<Vec<RecordBatch>>> = data
         .iter()
-        .map(|d| rechunk(d, a.rows_per_trigger))
+        .zip(&names)
+        .map(|(d, n)| {
+            let skip = engine.source_offset(n).unwrap_or(0) as usize;
+            rechunk(&skip_rows(d, skip), a.rows_per_trigger)
+        })
+        .collect();
+    let mut offsets: Vec<u64> = names
+        .iter()
+        .map(|n| engine.source_offset(n).unwrap_or(0))
         .collect();
     let triggers = chunks.iter().map(|c| c.len()).max().unwrap_or(0);
-    let mut sink = match &a.output {
-        Some(p) => Some(Sink::open(p, engine.output_schema(&view)?)?),
-        None => None,
-    };
+    let exactly_once = a.state_root.is_some();
+    let mut sink = None;
+    let mut csv = None;
+    if let Some(p) = &a.output {
+        if exactly_once {
+            let is_csv = crate::io::format_of(p) == Some(crate::io::FileFormat::Csv);
+            if !is_csv {
+                return Err(out_err(
+                    p,
+                    "with --state-root the output must be a .csv file (an exactly-once sink truncates it on resume)",
+                ));
+            }
+            let committed = recovery
+                .as_ref()
+                .and_then(|r| r.extra.get("output_len").and_then(|v| v.as_u64()))
+                .unwrap_or(0);
+            csv = Some(ExactlyOnceCsv::open(p, committed)?);
+        } else {
+            sink = Some(Sink::open(p, engine.output_schema(&view)?)?);
+        }
+    }
     let mut report = match &a.report {
-        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
-            |e| Error::Output {
-                path: p.clone(),
-                message: e.to_string(),
-            },
-        )?)),
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(exactly_once)
+                .write(true)
+                .truncate(!exactly_once)
+                .open(p)
+                .map_err(|e| out_err(p, e))?,
+        )),
         None => None,
     };
     let mut emitted = 0usize;
-    let mut emit = |r: &TriggerReport, sink: &mut Option<Sink>| -> Result<()> {
-        for v in &r.views {
-            for b in &v.output {
-                emitted += b.num_rows();
-                if let Some(s) = sink.as_mut() {
-                    s.write(b)?;
-                }
+    let mut emit = |r: &TriggerReport| -> Result<Option<u64>> {
+        let batches: Vec<RecordBatch> = r
+            .views
+            .iter()
+            .flat_map(|v| v.output.iter().cloned())
+            .collect();
+        emitted += batches.iter().map(|b| b.num_rows()).sum::<usize>();
+        let mut len = None;
+        if let Some(s) = sink.as_mut() {
+            for b in &batches {
+                s.write(b)?;
             }
+        }
+        if let Some(c) = csv.as_mut() {
+            len = Some(c.write(&batches)?);
         }
         if let (Some(w), Some(p)) = (report.as_mut(), a.report.as_ref()) {
             for line in r.to_json_lines() {
-                writeln!(w, "{line}").map_err(|e| Error::Output {
-                    path: p.clone(),
-                    message: e.to_string(),
-                })?;
+                writeln!(w, "{line}").map_err(|e| out_err(p, e))?;
             }
+            w.flush().map_err(|e| out_err(p, e))?;
         }
-        Ok(())
+        Ok(len)
     };
+    let limit = a.max_triggers.unwrap_or(usize::MAX);
+    let mut ran = 0;
     for k in 0..triggers {
+        if ran == limit {
+            break;
+        }
         for (si, c) in chunks.iter().enumerate() {
             for b in c.get(k).into_iter().flatten() {
-                engine.push(&names[si], b.clone())?;
+                offsets[si] += b.num_rows() as u64;
+                engine.push_at(&names[si], b.clone(), offsets[si])?;
             }
         }
         let r = engine.trigger()?;
-        emit(&r, &mut sink)?;
+        let len = emit(&r)?;
+        if exactly_once {
+            engine.checkpoint(serde_json::json!({ "output_len": len.unwrap_or(0) }))?;
+        }
+        ran += 1;
     }
-    let r = engine.finish()?;
-    emit(&r, &mut sink)?;
+    if ran < limit {
+        let r = engine.finish()?;
+        let len = emit(&r)?;
+        if exactly_once {
+            engine.checkpoint(
+                serde_json::json!({ "output_len": len.unwrap_or(0), "finished": true }),
+            )?;
+        }
+    }
+    if exactly_once {
+        engine.sync_checkpoints()?;
+    }
     if let Some(s) = sink {
         s.close()?;
     }
-    if let (Some(mut w), Some(p)) = (report, a.report.as_ref()) {
-        w.flush().map_err(|e| Error::Output {
-            path: p.clone(),
-            message: e.to_string(),
-        })?;
-    }
     let c = engine.counters(&view)?;
     eprintln!(
-        "thund run: {} triggers, {} rows in, {} late, {} invalid, {} windows closed, {} rows out",
-        triggers + 1,
+        "thund run: {ran} triggers{}, {} rows in, {} late, {} invalid, {} windows closed, {} rows out",
+        if ran < limit { " and the end of stream" } else { " (stopped by --max-triggers)" },
         c.rows,
         c.late_rows_dropped,
         c.invalid_rows,
         c.windows_closed,
         emitted
     );
+    Ok(())
+}
+
+/// The rows of `batches` after the first `skip`.
+fn skip_rows(batches: &[RecordBatch], mut skip: usize) -> Vec<RecordBatch> {
+    let mut out = Vec::new();
+    for b in batches {
+        if skip >= b.num_rows() {
+            skip -= b.num_rows();
+            continue;
+        }
+        out.push(b.slice(skip, b.num_rows() - skip));
+        skip = 0;
+    }
+    out
+}
+
+fn inspect(a: InspectArgs) -> Result<()> {
+    use thund_checkpoint::decision::{ManifestState, PointerState};
+    let store = thund_checkpoint::BlockingCheckpointStore::open(&a.url)
+        .map_err(|e| Error::Checkpoint(format!("{}: {e}", a.url)))?;
+    let ck = |e: thund_checkpoint::Error| Error::Checkpoint(e.to_string());
+    let views = store.views().map_err(ck)?;
+    if views.is_empty() {
+        println!("{}: no views", a.url);
+    }
+    for v in views {
+        let listing = store.list(&v).map_err(ck)?;
+        let latest = match &listing.latest {
+            PointerState::Points(e) => format!("epoch {e}"),
+            PointerState::Missing => "missing".into(),
+            PointerState::Unreadable(r) => format!("unreadable ({r})"),
+        };
+        println!("view {v}: latest pointer {latest}");
+        for (epoch, el) in &listing.epochs {
+            match &el.manifest {
+                ManifestState::Missing => println!("  epoch {epoch}: not committed (no manifest)"),
+                ManifestState::Unreadable(r) => {
+                    println!("  epoch {epoch}: unreadable manifest: {r}")
+                }
+                ManifestState::Valid(m) => {
+                    let rows: u64 = m.files.iter().map(|f| f.rows).sum();
+                    let bytes: u64 = m.files.iter().map(|f| f.bytes).sum();
+                    println!(
+                        "  epoch {epoch}: COMMITTED, W {}, {} files, {rows} rows, {bytes} bytes, late {}, windows closed {}",
+                        display(m.watermark),
+                        m.files.len(),
+                        m.counters.late_rows_dropped,
+                        m.counters.windows_closed
+                    );
+                    for f in &m.files {
+                        println!(
+                            "    {} (operator {}, worker {}, {} rows, {} bytes, written by epoch {})",
+                            f.path, f.operator, f.worker, f.rows, f.bytes, f.epoch
+                        );
+                    }
+                }
+            }
+        }
+    }
     Ok(())
 }
 
