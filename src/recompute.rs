@@ -717,6 +717,9 @@ impl RecomputeView {
     ) -> Result<()> {
         self.insert_rows(rows, w)?;
         self.closed_results = closed;
+        if self.mode != OutputMode::Append {
+            self.refresh_results()?;
+        }
         if let Layout::Session(s) = &mut self.layout {
             for b in session_closed {
                 let (Some(k), Some(e)) = (
@@ -731,6 +734,42 @@ impl RecomputeView {
                 };
                 for i in 0..b.num_rows() {
                     s.closed_end.insert(k.value(i).to_vec(), e.value(i));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Evaluate every open window (or session, or the whole view) without
+    /// emitting: after a restore, the results an uninterrupted run would
+    /// hold, so Update mode emits only what changes from here on.
+    fn refresh_results(&mut self) -> Result<()> {
+        let n = self.n_sources;
+        match &mut self.layout {
+            Layout::All {
+                rows,
+                result,
+                dirty,
+            } => {
+                *result = Some(self.eval.eval(rows.clone())?);
+                *dirty = false;
+            }
+            Layout::Time { panes, live, .. } => {
+                for ((end, start), r) in live.iter_mut() {
+                    let mut per = vec![Vec::new(); n];
+                    for (_, p) in panes.range(*start..*end) {
+                        for (i, b) in p.iter().enumerate() {
+                            per[i].extend(b.iter().cloned());
+                        }
+                    }
+                    *r = Some(self.eval.eval(per)?);
+                }
+            }
+            Layout::Session(s) => {
+                for list in s.open.values_mut() {
+                    for sess in list.iter_mut() {
+                        sess.result = Some(self.eval.eval(vec![sess.rows.clone()])?);
+                    }
                 }
             }
         }

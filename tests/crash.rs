@@ -76,7 +76,7 @@ fn crash_until_done(sql: &str, mode: &str, output: &str, seed: u64) {
     let out = dir.path().join("out.csv");
     let root = format!("file://{}", dir.path().join("state").display());
     let mut r = SplitMix::new(seed);
-    let (mut kills, mut runs) = (0, 0);
+    let (mut kills, mut runs, mut mid_run_kills, mut seen) = (0, 0, 0, 0u64);
     let started = Instant::now();
     loop {
         runs += 1;
@@ -104,13 +104,19 @@ fn crash_until_done(sql: &str, mode: &str, output: &str, seed: u64) {
                 child.kill().expect("SIGKILL");
                 child.wait().expect("reap");
                 kills += 1;
+                // a kill after this run had written output: it died mid-stream
+                let len = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+                if len > seen {
+                    mid_run_kills += 1;
+                }
+                seen = seen.max(len);
             }
         }
     }
-    eprintln!("{kills} kills in {runs} runs");
+    eprintln!("{kills} kills ({mid_run_kills} mid-stream) in {runs} runs");
     assert!(
-        kills >= 3,
-        "only {kills} kills landed: the test proved nothing"
+        mid_run_kills >= 3,
+        "only {mid_run_kills} of {kills} kills landed mid-stream: the test proved nothing"
     );
     assert_eq!(
         sorted_lines(&out),
@@ -124,7 +130,7 @@ fn killed_incremental_runs_resume_exactly() {
     crash_until_done(
         "SELECT auction, COUNT(*) AS bids, SUM(price) AS volume, MAX(price) AS top FROM bids GROUP BY auction",
         "auto",
-        "append",
+        "update",
         1,
     );
 }
@@ -134,7 +140,7 @@ fn killed_recompute_runs_resume_exactly() {
     crash_until_done(
         "SELECT auction, COUNT(*) AS bids FROM bids GROUP BY auction ORDER BY bids DESC, auction LIMIT 3",
         "auto",
-        "append",
+        "update",
         2,
     );
 }
