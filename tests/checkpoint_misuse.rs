@@ -1,0 +1,230 @@
+//! Checkpoints at the engine level: corrupt or missing files fall back to
+//! the previous committed epoch and say so; a state root written by another
+//! view, two engines on one root, and epochs without any readable manifest
+//! are clear errors; a committed epoch is plain Parquet that DataFusion SQL
+//! reads back as exactly the live state.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{batch, schema, Ev};
+use thund::{Engine, Error, ViewSpec, WindowSpec};
+
+const SQL: &str = "SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k";
+
+fn spec(sql: &str) -> ViewSpec {
+    ViewSpec::builder("v", sql)
+        .source("t", "ts", schema())
+        .window(WindowSpec::tumbling(Duration::from_secs(10)))
+        .build()
+        .expect("spec")
+}
+
+fn rows(i: i64) -> Vec<Ev> {
+    (0..30)
+        .map(|j| Ev {
+            t: i * 4_000 + j * 100,
+            k: j % 3,
+            g: "a".into(),
+            v: Some(j),
+            f: 0.0,
+        })
+        .collect()
+}
+
+/// Run `n` triggers with a checkpoint after each, all committed.
+fn run(root: &str, n: i64) {
+    let mut e = Engine::builder()
+        .with_state_root(root)
+        .retain_epochs(5)
+        .build()
+        .expect("engine");
+    e.create_view(spec(SQL)).expect("view");
+    for i in 0..n {
+        e.push_at("t", batch(&rows(i)), i as u64 + 1).expect("push");
+        e.trigger().expect("trigger");
+        e.checkpoint(serde_json::Value::Null).expect("checkpoint");
+    }
+    e.sync_checkpoints().expect("committed");
+}
+
+fn epoch_dir(dir: &Path, epoch: u64) -> PathBuf {
+    dir.join("v").join(format!("epoch={epoch:06}"))
+}
+
+fn reopen(root: &str) -> thund::Result<Engine> {
+    let mut e = Engine::builder().with_state_root(root).build()?;
+    e.create_view(spec(SQL))?;
+    Ok(e)
+}
+
+#[test]
+fn a_truncated_newest_file_falls_back_loudly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = format!("file://{}", dir.path().display());
+    run(&root, 4);
+    let f = std::fs::read_dir(epoch_dir(dir.path(), 4))
+        .expect("epoch 4")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .expect("a state file");
+    let len = std::fs::metadata(&f).expect("meta").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .expect("open")
+        .set_len(len / 2)
+        .expect("truncate");
+    let mut e = reopen(&root).expect("falls back, does not fail");
+    let rec = e.recovery("v").expect("view").cloned().expect("resumed");
+    assert_eq!(rec.epoch, 3);
+    assert!(
+        rec.fell_back_from.iter().any(|r| r.contains('4')),
+        "{rec:?}"
+    );
+    assert_eq!(
+        e.source_offset("t"),
+        Some(3),
+        "replay from epoch 3's offset"
+    );
+    // the first trigger report says so too
+    let r = e.trigger().expect("trigger");
+    assert_eq!(r.views[0].recovery.as_ref().map(|r| r.epoch), Some(3));
+    assert!(
+        e.trigger().expect("trigger").views[0].recovery.is_none(),
+        "said once"
+    );
+}
+
+#[test]
+fn a_garbage_manifest_or_a_dangling_pointer_falls_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = format!("file://{}", dir.path().display());
+    run(&root, 3);
+    std::fs::write(
+        epoch_dir(dir.path(), 3).join("_thund_checkpoint.json"),
+        b"{ not json",
+    )
+    .expect("garbage");
+    let e = reopen(&root).expect("falls back");
+    assert_eq!(e.recovery("v").expect("view").map(|r| r.epoch), Some(2));
+    drop(e);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = format!("file://{}", dir.path().display());
+    run(&root, 3);
+    std::fs::remove_dir_all(epoch_dir(dir.path(), 3)).expect("remove epoch 3");
+    let e = reopen(&root).expect("pointer to a missing epoch: previous one");
+    assert_eq!(e.recovery("v").expect("view").map(|r| r.epoch), Some(2));
+}
+
+#[test]
+fn epochs_without_any_readable_manifest_are_an_error_not_a_cold_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = format!("file://{}", dir.path().display());
+    run(&root, 2);
+    for epoch in 1..=2 {
+        let m = epoch_dir(dir.path(), epoch).join("_thund_checkpoint.json");
+        if m.exists() {
+            std::fs::write(&m, b"garbage").expect("garbage");
+        }
+    }
+    let err = reopen(&root).err().expect("must refuse");
+    assert!(matches!(err, Error::Checkpoint(_)), "{err}");
+}
+
+#[test]
+fn another_views_state_root_and_a_second_engine_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = format!("file://{}", dir.path().display());
+    run(&root, 2);
+    let mut e = Engine::builder()
+        .with_state_root(&root)
+        .build()
+        .expect("engine");
+    let err = e
+        .create_view(spec("SELECT k, MAX(v) AS m FROM t GROUP BY k"))
+        .expect_err("fingerprint differs");
+    assert!(err.to_string().contains("fingerprint"), "{err}");
+
+    let mut first = Engine::builder()
+        .with_state_root(&root)
+        .build()
+        .expect("engine");
+    first.create_view(spec(SQL)).expect("first writer");
+    let mut second = Engine::builder()
+        .with_state_root(&root)
+        .build()
+        .expect("engine");
+    let err = second.create_view(spec(SQL)).expect_err("fenced");
+    assert!(
+        err.to_string().to_lowercase().contains("lease")
+            || err.to_string().contains("Fenced")
+            || err.to_string().contains("held"),
+        "{err}"
+    );
+    // the first engine keeps working
+    first.push("t", batch(&rows(9))).expect("push");
+    first.trigger().expect("trigger");
+    first
+        .checkpoint(serde_json::Value::Null)
+        .expect("checkpoint");
+    first.sync_checkpoints().expect("still commits");
+}
+
+#[test]
+fn a_committed_epoch_is_plain_parquet_holding_the_live_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = format!("file://{}", dir.path().display());
+    run(&root, 3); // rows at [0, 12 s); W = 11.9 s: [0,10) closed, [10,20) open
+                   // the test's own view of the open state: per key, count and sum of the rows in [10 s, 20 s)
+    let mut want: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for i in 0..3 {
+        for r in rows(i).iter().filter(|r| (10_000..20_000).contains(&r.t)) {
+            let e = want.entry(r.k).or_default();
+            e.0 += 1;
+            e.1 += r.v.unwrap_or(0);
+        }
+    }
+    let glob = epoch_dir(dir.path(), 3);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let got = rt.block_on(async {
+        let ctx = datafusion::prelude::SessionContext::new();
+        ctx.register_parquet("state", glob.to_str().expect("utf8"), Default::default())
+            .await?;
+        ctx.sql(
+            "SELECT window_start, window_end, k, agg0_count, CAST(agg1_int AS BIGINT) AS s \
+             FROM state ORDER BY k",
+        )
+        .await?
+        .collect()
+        .await
+    });
+    let got = got.expect("DataFusion reads the epoch");
+    let mut seen = BTreeMap::new();
+    for b in &got {
+        let col = |i: usize| {
+            b.column(i)
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .expect("i64")
+                .clone()
+        };
+        let (ws, we, k, c, s) = (col(0), col(1), col(2), col(3), col(4));
+        for i in 0..b.num_rows() {
+            assert_eq!(
+                (ws.value(i), we.value(i)),
+                (10_000, 20_000),
+                "only the open window"
+            );
+            seen.insert(k.value(i), (c.value(i), s.value(i)));
+        }
+    }
+    assert_eq!(seen, want);
+}
