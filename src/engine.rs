@@ -27,6 +27,7 @@ pub struct EngineBuilder {
     workers: Option<usize>,
     state_root: Option<String>,
     retain: Option<usize>,
+    compact_every: Option<usize>,
 }
 
 impl EngineBuilder {
@@ -49,6 +50,14 @@ impl EngineBuilder {
     /// root and view is refused.
     pub fn with_state_root(mut self, url: &str) -> Self {
         self.state_root = Some(url.to_string());
+        self
+    }
+
+    /// Write a full checkpoint every `n` epochs (default 10); the epochs in
+    /// between write only what changed and reference older files. `1`
+    /// makes every checkpoint full.
+    pub fn checkpoint_compaction(mut self, n: usize) -> Self {
+        self.compact_every = Some(n.max(1));
         self
     }
 
@@ -77,6 +86,7 @@ impl EngineBuilder {
         };
         Ok(Engine {
             store,
+            compact_every: self.compact_every.unwrap_or(10),
             sidecar,
             offsets: BTreeMap::new(),
             pending_offsets: BTreeMap::new(),
@@ -231,6 +241,8 @@ struct View {
     fingerprint: String,
     recovery: Option<Recovery>,
     recovery_reported: bool,
+    /// Checkpoints since the last full one (0: the next one is full).
+    since_full: usize,
 }
 
 /// What a view resumed from.
@@ -283,6 +295,7 @@ pub struct Recovery {
 /// ```
 pub struct Engine {
     store: Option<BlockingCheckpointStore>,
+    compact_every: usize,
     sidecar: Option<Sidecar>,
     /// Per source, the caller's offset after the last batch a trigger took in.
     offsets: BTreeMap<String, u64>,
@@ -435,6 +448,7 @@ impl Engine {
             fingerprint,
             recovery: None,
             recovery_reported: false,
+            since_full: 0,
         };
         if let (Some(store), Some(sidecar)) = (&self.store, &mut self.sidecar) {
             // fence first: a second writer must not even read a state it could corrupt
@@ -503,10 +517,14 @@ impl Engine {
         };
         for v in &mut self.views {
             let names: Vec<String> = v.sources.iter().map(|s| s.name.clone()).collect();
-            let files = match &mut v.runtime {
-                ViewRuntime::Recompute(r) => r.export(&names)?,
-                ViewRuntime::Incremental(r) => r.export()?,
+            // a full epoch after every start (this process knows no older
+            // files) and every `compact_every` epochs; deltas in between
+            let want_full = v.since_full == 0 || v.since_full >= self.compact_every;
+            let (files, full) = match &mut v.runtime {
+                ViewRuntime::Recompute(r) => r.export(&names, want_full)?,
+                ViewRuntime::Incremental(r) => (r.export(want_full)?, want_full),
             };
+            v.since_full = if full { 1 } else { v.since_full + 1 };
             let snap = v.tracker.snapshot();
             let mut counters = Counters {
                 late_rows_dropped: v.counters.late_rows_dropped,
@@ -535,7 +553,7 @@ impl Engine {
                 emitted_frontier: snap.watermark,
                 extra: extra.clone(),
             };
-            sidecar.write(&v.spec.name, self.epoch, files, meta)?;
+            sidecar.write(&v.spec.name, self.epoch, files, full, meta)?;
         }
         Ok(())
     }
@@ -873,11 +891,16 @@ impl View {
         };
         let batches = |op: &str| l.batches(op).cloned().collect::<Vec<RecordBatch>>();
         match &mut self.runtime {
-            ViewRuntime::Incremental(r) => r.import(
-                m.watermark,
-                batches("aggregate"),
-                batches("complete-closed"),
-            )?,
+            ViewRuntime::Incremental(r) => {
+                let state: Vec<(u64, RecordBatch)> = l
+                    .operators
+                    .get("aggregate")
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|f| f.batches.iter().map(|b| (f.entry.epoch, b.clone())))
+                    .collect();
+                r.import(m.watermark, state, batches("complete-closed"))?
+            }
             ViewRuntime::Recompute(r) => {
                 let mut rows = Vec::new();
                 for (si, src) in self.sources.iter().enumerate() {

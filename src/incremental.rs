@@ -31,6 +31,7 @@ use crate::plan::{agg_func, shape, AggFunc};
 use crate::recompute::{
     output_schema, time_window_late, OnTime, Refusal, SqlEvaluator, StepOutput,
 };
+use crate::sidecar::StateFile;
 use crate::spec::OutputMode;
 use crate::time::{bound_array, EventTime};
 use crate::window::{TimeWindows, Window};
@@ -63,6 +64,10 @@ pub(crate) struct IncrementalView {
     /// Complete mode: current states of open (window, key)s, and closed results.
     open: BTreeMap<(Window, Vec<u8>), Vec<AggState>>,
     closed_results: Vec<RecordBatch>,
+    /// Open groups changed since the last checkpoint (what a delta epoch writes).
+    unsaved: BTreeMap<(Window, Vec<u8>), Vec<AggState>>,
+    /// Complete mode: closed results already in a checkpoint.
+    closed_saved: usize,
 }
 
 /// Replace every sub-expression that the Aggregate node computes (a group
@@ -199,6 +204,8 @@ impl IncrementalView {
             config,
             open: BTreeMap::new(),
             closed_results: Vec::new(),
+            unsaved: BTreeMap::new(),
+            closed_saved: 0,
         })
     }
 
@@ -290,45 +297,86 @@ impl IncrementalView {
         Ok(RecordBatch::try_new(self.state_schema(), cols)?)
     }
 
-    /// The dataflow's open (window, key) states per worker (`aggregate`), and
-    /// Complete mode's closed results (`complete-closed`), as checkpoint files.
-    pub fn export(&mut self) -> Result<Vec<thund_checkpoint::NewFile>> {
-        let snap = self
-            .dataflow
-            .snapshot()
-            .map_err(|e| Error::exec(&self.view, e))?;
+    /// State as checkpoint files: the open (window, key) states (`aggregate`;
+    /// all of them per worker when `full`, else only those changed since the
+    /// last checkpoint) and Complete mode's closed results (`complete-closed`).
+    pub fn export(&mut self, full: bool) -> Result<Vec<StateFile>> {
+        let max_end = |us: &[Update]| {
+            us.iter()
+                .map(|u| u.window.end)
+                .max()
+                .unwrap_or(EventTime::MIN)
+        };
         let mut files = Vec::new();
-        for (worker, updates) in snap {
+        if full {
+            let snap = self
+                .dataflow
+                .snapshot()
+                .map_err(|e| Error::exec(&self.view, e))?;
+            for (worker, updates) in snap {
+                if !updates.is_empty() {
+                    files.push(StateFile {
+                        expiry: max_end(&updates),
+                        file: thund_checkpoint::NewFile {
+                            operator: "aggregate".into(),
+                            worker,
+                            batches: vec![self.state_batch(&updates)?],
+                        },
+                    });
+                }
+            }
+        } else {
+            let updates: Vec<Update> = self
+                .unsaved
+                .iter()
+                .map(|((w, k), a)| Update {
+                    window: *w,
+                    key: k.clone(),
+                    aggs: a.clone(),
+                })
+                .collect();
             if !updates.is_empty() {
-                files.push(thund_checkpoint::NewFile {
-                    operator: "aggregate".into(),
-                    worker,
-                    batches: vec![self.state_batch(&updates)?],
+                files.push(StateFile {
+                    expiry: max_end(&updates),
+                    file: thund_checkpoint::NewFile {
+                        operator: "aggregate".into(),
+                        worker: 0,
+                        batches: vec![self.state_batch(&updates)?],
+                    },
                 });
             }
         }
-        if !self.closed_results.is_empty() {
-            files.push(thund_checkpoint::NewFile {
-                operator: "complete-closed".into(),
-                worker: 0,
-                batches: self.closed_results.clone(),
+        self.unsaved.clear();
+        let from = if full { 0 } else { self.closed_saved };
+        if self.closed_results.len() > from {
+            files.push(StateFile {
+                expiry: EventTime::MAX,
+                file: thund_checkpoint::NewFile {
+                    operator: "complete-closed".into(),
+                    worker: 0,
+                    batches: self.closed_results[from..].to_vec(),
+                },
             });
         }
+        self.closed_saved = self.closed_results.len();
         Ok(files)
     }
 
-    /// Restart the dataflow at `w` holding exported state (any worker count).
+    /// Restart the dataflow at `w` holding exported state (any worker
+    /// count); `state` holds (epoch, batch) pairs, and a newer epoch's state
+    /// of a (window, key) replaces an older one.
     pub fn import(
         &mut self,
         w: Option<EventTime>,
-        state: Vec<RecordBatch>,
+        mut state: Vec<(u64, RecordBatch)>,
         closed: Vec<RecordBatch>,
     ) -> Result<()> {
         let bad =
             |m: &str| Error::Checkpoint(format!("view `{}`: aggregate state: {m}", self.view));
         let n_keys = self.keys.len();
-        let mut updates = Vec::new();
-        for b in &state {
+        state.sort_by_key(|(e, _)| *e);
+        let mut merged: BTreeMap<(Window, Vec<u8>), Vec<AggState>> = BTreeMap::new();
+        for (_, b) in &state {
             if b.num_columns() != 2 + n_keys + 3 * self.aggs.len() {
                 return Err(bad("unexpected columns"));
             }
@@ -364,6 +412,10 @@ impl IncrementalView {
                 per_agg.push((c, int, fl));
             }
             for i in 0..b.num_rows() {
+                let window = Window::new(starts.value(i), ends.value(i));
+                if w.is_some_and(|w| window.end <= w) {
+                    continue; // closed since that file was written
+                }
                 let aggs = per_agg
                     .iter()
                     .map(|(c, int, fl)| AggState {
@@ -377,15 +429,16 @@ impl IncrementalView {
                         },
                     })
                     .collect();
-                updates.push(Update {
-                    window: Window::new(starts.value(i), ends.value(i)),
-                    key: keys
-                        .as_ref()
-                        .map_or_else(Vec::new, |k| k.row(i).data().to_vec()),
-                    aggs,
-                });
+                let key = keys
+                    .as_ref()
+                    .map_or_else(Vec::new, |k| k.row(i).data().to_vec());
+                merged.insert((window, key), aggs);
             }
         }
+        let updates: Vec<Update> = merged
+            .into_iter()
+            .map(|((window, key), aggs)| Update { window, key, aggs })
+            .collect();
         if self.mode == OutputMode::Complete {
             self.open = updates
                 .iter()
@@ -398,6 +451,8 @@ impl IncrementalView {
                 .map_err(|e| {
                 Error::Checkpoint(format!("view `{}`: restoring the dataflow: {e}", self.view))
             })?;
+        self.unsaved.clear();
+        self.closed_saved = self.closed_results.len();
         Ok(())
     }
 
@@ -699,6 +754,13 @@ impl IncrementalView {
             .dataflow
             .advance_to(w)
             .map_err(|e| Error::exec(&self.view, e))?;
+        for u in &step.changed {
+            self.unsaved
+                .insert((u.window, u.key.clone()), u.aggs.clone());
+        }
+        for u in &step.closed {
+            self.unsaved.remove(&(u.window, u.key.clone()));
+        }
         out.windows_closed = {
             let mut ws: Vec<_> = step.closed.iter().map(|u| u.window).collect();
             ws.dedup();

@@ -37,7 +37,7 @@ pub mod window;
 pub use engine::{Engine, EngineBuilder, Recovery, TriggerReport, ViewCounters, ViewReport};
 pub use error::{Error, Result};
 pub use plan::{PathKind, ViewPlan};
-pub use sidecar::CheckpointOutcome;
+pub use sidecar::{CheckpointOutcome, CheckpointStats};
 pub use spec::{ExecMode, OutputMode, SourceSpec, ViewSpec, WatermarkSpec, WindowKind, WindowSpec};
 pub use watermark::{Clock, ManualClock, SystemClock, WatermarkTracker};
 

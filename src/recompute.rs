@@ -21,6 +21,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::error::{Error, Result};
+use crate::sidecar::StateFile;
 use crate::spec::{ms, OutputMode, WindowKind, WindowSpec};
 use crate::time::{bound_column, EventTime};
 use crate::window::{TimeWindows, Window};
@@ -202,6 +203,11 @@ pub(crate) struct RecomputeView {
     layout: Layout,
     /// Complete mode: every closed window's final rows, kept for re-emission.
     closed_results: Vec<RecordBatch>,
+    /// Rows taken in since the last checkpoint: (source, rows, W from which
+    /// no open window needs them).
+    unsaved: Vec<(usize, RecordBatch, EventTime)>,
+    /// Complete mode: closed results already in a checkpoint.
+    closed_saved: usize,
 }
 
 enum Layout {
@@ -306,6 +312,8 @@ impl RecomputeView {
             n_sources: sources.len(),
             layout,
             closed_results: Vec::new(),
+            unsaved: Vec::new(),
+            closed_saved: 0,
         })
     }
 
@@ -378,6 +386,19 @@ impl RecomputeView {
         w: Option<EventTime>,
     ) -> Result<StepOutput> {
         let finishing = w == Some(EventTime::MAX);
+        for o in &on_time {
+            let expiry = match &self.layout {
+                Layout::Time { windows, .. } => o
+                    .times
+                    .iter()
+                    .flatten()
+                    .map(|t| windows.pane_expiry(windows.pane_of(t)))
+                    .max()
+                    .unwrap_or(EventTime::MIN),
+                _ => EventTime::MAX,
+            };
+            self.unsaved.push((o.source, o.batch.clone(), expiry));
+        }
         let d = self.insert_rows(on_time, w_prev)?;
         let mut out = StepOutput::default();
         let n = self.n_sources;
@@ -643,45 +664,74 @@ impl RecomputeView {
 
     /// The buffered state as checkpoint files: the rows of each source
     /// (`rows-{source}`), Complete mode's closed results (`complete-closed`)
-    /// and the ends of closed sessions per key (`session-closed`).
-    pub fn export(&self, names: &[String]) -> Result<Vec<thund_checkpoint::NewFile>> {
-        let mut per: Vec<Vec<RecordBatch>> = vec![Vec::new(); self.n_sources];
-        match &self.layout {
-            Layout::All { rows, .. } => {
-                for (i, r) in rows.iter().enumerate() {
-                    per[i].extend(r.iter().cloned());
-                }
-            }
-            Layout::Time { panes, .. } => {
-                for p in panes.values() {
-                    for (i, b) in p.iter().enumerate() {
-                        per[i].extend(b.iter().cloned());
+    /// and the ends of closed sessions per key (`session-closed`). With
+    /// `full` false, only rows and results taken in since the last
+    /// checkpoint (sessions always write everything). Returns whether the
+    /// files are a full state.
+    pub fn export(&mut self, names: &[String], full: bool) -> Result<(Vec<StateFile>, bool)> {
+        let full = full || matches!(self.layout, Layout::Session(_));
+        let mut per: Vec<(Vec<RecordBatch>, EventTime)> =
+            vec![(Vec::new(), EventTime::MIN); self.n_sources];
+        if full {
+            match &self.layout {
+                Layout::All { rows, .. } => {
+                    for (i, r) in rows.iter().enumerate() {
+                        per[i] = (r.clone(), EventTime::MAX);
                     }
                 }
-            }
-            Layout::Session(s) => {
-                for list in s.open.values() {
-                    for sess in list {
-                        per[0].extend(sess.rows.iter().cloned());
+                Layout::Time { panes, windows, .. } => {
+                    for (p, by_source) in panes {
+                        for (i, b) in by_source.iter().enumerate() {
+                            if !b.is_empty() {
+                                per[i].0.extend(b.iter().cloned());
+                                per[i].1 = per[i].1.max(windows.pane_expiry(*p));
+                            }
+                        }
                     }
                 }
+                Layout::Session(s) => {
+                    for list in s.open.values() {
+                        for sess in list {
+                            per[0].0.extend(sess.rows.iter().cloned());
+                        }
+                    }
+                    per[0].1 = EventTime::MAX;
+                }
+            }
+        } else {
+            for (i, b, exp) in &self.unsaved {
+                per[*i].0.push(b.clone());
+                per[*i].1 = per[*i].1.max(*exp);
             }
         }
+        self.unsaved.clear();
         let mut files = Vec::new();
-        for (i, batches) in per.into_iter().enumerate() {
-            files.push(thund_checkpoint::NewFile {
-                operator: format!("rows-{}", names[i]),
-                worker: 0,
-                batches: batches.into_iter().filter(|b| b.num_rows() > 0).collect(),
+        for (i, (batches, expiry)) in per.into_iter().enumerate() {
+            let batches: Vec<RecordBatch> =
+                batches.into_iter().filter(|b| b.num_rows() > 0).collect();
+            if !batches.is_empty() {
+                files.push(StateFile {
+                    expiry,
+                    file: thund_checkpoint::NewFile {
+                        operator: format!("rows-{}", names[i]),
+                        worker: 0,
+                        batches,
+                    },
+                });
+            }
+        }
+        let from = if full { 0 } else { self.closed_saved };
+        if self.closed_results.len() > from {
+            files.push(StateFile {
+                expiry: EventTime::MAX,
+                file: thund_checkpoint::NewFile {
+                    operator: "complete-closed".into(),
+                    worker: 0,
+                    batches: self.closed_results[from..].to_vec(),
+                },
             });
         }
-        if !self.closed_results.is_empty() {
-            files.push(thund_checkpoint::NewFile {
-                operator: "complete-closed".into(),
-                worker: 0,
-                batches: self.closed_results.clone(),
-            });
-        }
+        self.closed_saved = self.closed_results.len();
         if let Layout::Session(s) = &self.layout {
             if !s.closed_end.is_empty() {
                 let keys: Vec<&[u8]> = s.closed_end.keys().map(|k| k.as_slice()).collect();
@@ -697,14 +747,17 @@ impl RecomputeView {
                         Arc::new(Int64Array::from(ends)),
                     ],
                 )?;
-                files.push(thund_checkpoint::NewFile {
-                    operator: "session-closed".into(),
-                    worker: 0,
-                    batches: vec![b],
+                files.push(StateFile {
+                    expiry: EventTime::MAX,
+                    file: thund_checkpoint::NewFile {
+                        operator: "session-closed".into(),
+                        worker: 0,
+                        batches: vec![b],
+                    },
                 });
             }
         }
-        Ok(files)
+        Ok((files, full))
     }
 
     /// Restore what [`Self::export`] wrote, at watermark `w`.
@@ -717,6 +770,8 @@ impl RecomputeView {
     ) -> Result<()> {
         self.insert_rows(rows, w)?;
         self.closed_results = closed;
+        self.unsaved.clear();
+        self.closed_saved = self.closed_results.len();
         if self.mode != OutputMode::Append {
             self.refresh_results()?;
         }

@@ -1,16 +1,47 @@
 //! The sidecar: each checkpoint captures the views' state at the current
-//! epoch (in the caller's thread: cheap Arc clones and a trace read), then a
+//! epoch (in the caller's thread: Arc clones and a trace read), then a
 //! background thread writes it as Parquet epochs through `thund-checkpoint`,
 //! so a trigger's latency holds no Parquet I/O. Commits happen in order: a
 //! checkpoint waits while the previous one is still queued.
+//!
+//! Checkpoints are incremental: an epoch writes only what changed since the
+//! previous one, and its manifest references the older files that still hold
+//! live state — a file is dropped once W passes the last window end it holds.
+//! A full checkpoint (no references) is written after every start and every
+//! `compact_every` epochs, which folds the chain.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use thund_checkpoint::{BlockingWriter, EpochMeta, NewFile};
+use thund_checkpoint::{BlockingWriter, EpochMeta, FileEntry, NewFile};
 
 use crate::error::{Error, Result};
+use crate::time::EventTime;
+
+/// A state file and the watermark from which it holds nothing live.
+pub(crate) struct StateFile {
+    pub file: NewFile,
+    pub expiry: EventTime,
+}
+
+/// What one committed checkpoint cost.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointStats {
+    /// Whether it was a full checkpoint (no references to older files).
+    pub full: bool,
+    /// Files this epoch wrote.
+    pub files_written: usize,
+    /// Bytes this epoch wrote.
+    pub bytes_written: u64,
+    /// Older files its manifest references.
+    pub files_referenced: usize,
+    /// Rows in all files of the manifest (the whole state).
+    pub state_rows: u64,
+    /// Time the sidecar spent writing and committing it.
+    pub write_time: Duration,
+}
 
 /// One committed (or failed) checkpoint of one view.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,8 +50,8 @@ pub struct CheckpointOutcome {
     pub view: String,
     /// The checkpoint epoch.
     pub epoch: u64,
-    /// Files written by this epoch and their total bytes, or the error.
-    pub result: std::result::Result<(usize, u64), String>,
+    /// What it cost, or the error.
+    pub result: std::result::Result<CheckpointStats, String>,
 }
 
 enum Job {
@@ -28,10 +59,68 @@ enum Job {
     Write {
         view: String,
         epoch: u64,
-        files: Vec<NewFile>,
+        files: Vec<StateFile>,
+        full: bool,
         meta: Box<EpochMeta>,
     },
     Release,
+}
+
+struct ViewWriter {
+    writer: BlockingWriter,
+    /// Files of the last committed epoch, with their expiry.
+    live: Vec<(FileEntry, EventTime)>,
+}
+
+fn write_one(
+    v: &mut ViewWriter,
+    epoch: u64,
+    files: Vec<StateFile>,
+    full: bool,
+    meta: EpochMeta,
+) -> std::result::Result<CheckpointStats, String> {
+    let started = Instant::now();
+    let w = meta.watermark.unwrap_or(EventTime::MIN);
+    let reused: Vec<(FileEntry, EventTime)> = if full {
+        Vec::new()
+    } else {
+        v.live.iter().filter(|(_, exp)| *exp > w).cloned().collect()
+    };
+    let expiries: Vec<(String, usize, EventTime)> = files
+        .iter()
+        .map(|f| (f.file.operator.clone(), f.file.worker, f.expiry))
+        .collect();
+    let new: Vec<NewFile> = files.into_iter().map(|f| f.file).collect();
+    let epoch = epoch.max(v.writer.next_epoch());
+    let m = v
+        .writer
+        .write_epoch(
+            epoch,
+            new,
+            reused.iter().map(|(f, _)| f.clone()).collect(),
+            meta,
+        )
+        .map_err(|e| e.to_string())?;
+    let mut live = reused;
+    for f in m.files.iter().filter(|f| f.epoch == m.epoch) {
+        let exp = expiries
+            .iter()
+            .find(|(op, wk, _)| *op == f.operator && *wk == f.worker)
+            .map_or(EventTime::MAX, |x| x.2);
+        live.push((f.clone(), exp));
+    }
+    let own: Vec<&FileEntry> = m.files.iter().filter(|f| f.epoch == m.epoch).collect();
+    let stats = CheckpointStats {
+        full,
+        files_written: own.len(),
+        bytes_written: own.iter().map(|f| f.bytes).sum(),
+        files_referenced: m.files.len() - own.len(),
+        state_rows: m.files.iter().map(|f| f.rows).sum(),
+        write_time: started.elapsed(),
+    };
+    v.live = live;
+    let _ = v.writer.gc();
+    Ok(stats)
 }
 
 /// The background writer.
@@ -50,37 +139,28 @@ impl Sidecar {
         let thread = std::thread::Builder::new()
             .name("thund-sidecar".into())
             .spawn(move || {
-                let mut writers: HashMap<String, BlockingWriter> = HashMap::new();
+                let mut writers: HashMap<String, ViewWriter> = HashMap::new();
                 while let Ok(job) = rx.recv() {
                     match job {
                         Job::Register(w) => {
-                            writers.insert(w.view().to_string(), *w);
+                            writers.insert(
+                                w.view().to_string(),
+                                ViewWriter {
+                                    writer: *w,
+                                    live: Vec::new(),
+                                },
+                            );
                         }
                         Job::Write {
                             view,
                             epoch,
                             files,
+                            full,
                             meta,
                         } => {
                             let result = match writers.get_mut(&view) {
                                 None => Err(format!("no checkpoint writer for view `{view}`")),
-                                Some(w) => {
-                                    let r = w
-                                        .write_epoch(epoch, files, Vec::new(), *meta)
-                                        .map(|m| {
-                                            let own: Vec<_> = m
-                                                .files
-                                                .iter()
-                                                .filter(|f| f.epoch == epoch)
-                                                .collect();
-                                            (own.len(), own.iter().map(|f| f.bytes).sum())
-                                        })
-                                        .map_err(|e| e.to_string());
-                                    if r.is_ok() {
-                                        let _ = w.gc();
-                                    }
-                                    r
-                                }
+                                Some(v) => write_one(v, epoch, files, full, *meta),
                             };
                             if done_tx
                                 .send(CheckpointOutcome {
@@ -94,14 +174,14 @@ impl Sidecar {
                             }
                         }
                         Job::Release => {
-                            for (_, w) in writers.drain() {
-                                let _ = w.release();
+                            for (_, v) in writers.drain() {
+                                let _ = v.writer.release();
                             }
                         }
                     }
                 }
-                for (_, w) in writers.drain() {
-                    let _ = w.release();
+                for (_, v) in writers.drain() {
+                    let _ = v.writer.release();
                 }
             })
             .map_err(|e| Error::Checkpoint(format!("cannot start the sidecar thread: {e}")))?;
@@ -131,13 +211,15 @@ impl Sidecar {
         &mut self,
         view: &str,
         epoch: u64,
-        files: Vec<NewFile>,
+        files: Vec<StateFile>,
+        full: bool,
         meta: EpochMeta,
     ) -> Result<()> {
         self.send(Job::Write {
             view: view.to_string(),
             epoch,
             files,
+            full,
             meta: Box::new(meta),
         })?;
         self.queued += 1;

@@ -97,6 +97,7 @@ proptest! {
         crash_frac in 0.0f64..1.0,
         every in 1usize..4,
         workers in (1usize..=2, 1usize..=2),
+        compact_every in 1usize..5,
     ) {
         let mut t = 100_000i64;
         let evs: Vec<Ev> = rows
@@ -125,7 +126,12 @@ proptest! {
         let mut kept: Vec<Vec<RecordBatch>> = Vec::new();
         let mut since_checkpoint: Vec<Vec<RecordBatch>> = Vec::new();
         {
-            let mut a = Engine::builder().workers(workers.0).with_state_root(&root).build().expect("engine");
+            let mut a = Engine::builder()
+                .workers(workers.0)
+                .with_state_root(&root)
+                .checkpoint_compaction(compact_every)
+                .build()
+                .expect("engine");
             a.create_view(spec(shape, mode)).expect("view");
             prop_assert!(a.recovery("v").expect("view").is_none());
             for (i, trig) in triggers.iter().enumerate().take(crash) {
