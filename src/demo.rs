@@ -115,21 +115,6 @@ impl BidGenerator {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_generator_replays_from_any_offset() {
-        let mut a = BidGenerator::new(7);
-        let whole = a.batch(100).expect("batch");
-        let mut b = BidGenerator::new(7).starting_at(60);
-        let tail = b.batch(40).expect("batch");
-        assert_eq!(whole.slice(60, 40), tail);
-        assert_eq!(b.offset(), 100);
-    }
-}
-
 /// The demo's views: a tumbling grouped aggregate, a hopping top-3, and a
 /// global average per 5 s.
 pub fn demo_views() -> Result<Vec<ViewSpec>> {
@@ -166,4 +151,19 @@ pub fn demo_views() -> Result<Vec<ViewSpec>> {
         .allowed_lateness(Duration::from_secs(2))
         .build()?,
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_generator_replays_from_any_offset() {
+        let mut a = BidGenerator::new(7);
+        let whole = a.batch(100).expect("batch");
+        let mut b = BidGenerator::new(7).starting_at(60);
+        let tail = b.batch(40).expect("batch");
+        assert_eq!(whole.slice(60, 40), tail);
+        assert_eq!(b.offset(), 100);
+    }
 }

@@ -29,7 +29,7 @@ use thund_dataflows::{AggKind, AggState, Config, Update, Value, WindowedAggregat
 use crate::error::{Error, Result};
 use crate::plan::{agg_func, shape, AggFunc};
 use crate::recompute::{
-    output_schema, time_window_late, OnTime, Refusal, SqlEvaluator, StepOutput,
+    output_schema, time_window_late, ClosedResults, OnTime, Refusal, SqlEvaluator, StepOutput,
 };
 use crate::sidecar::StateFile;
 use crate::spec::OutputMode;
@@ -63,11 +63,9 @@ pub(crate) struct IncrementalView {
     config: Config,
     /// Complete mode: current states of open (window, key)s, and closed results.
     open: BTreeMap<(Window, Vec<u8>), Vec<AggState>>,
-    closed_results: Vec<RecordBatch>,
+    closed_results: ClosedResults,
     /// Open groups changed since the last checkpoint (what a delta epoch writes).
     unsaved: BTreeMap<(Window, Vec<u8>), Vec<AggState>>,
-    /// Complete mode: closed results already in a checkpoint.
-    closed_saved: usize,
 }
 
 /// Replace every sub-expression that the Aggregate node computes (a group
@@ -203,9 +201,8 @@ impl IncrementalView {
             dataflow,
             config,
             open: BTreeMap::new(),
-            closed_results: Vec::new(),
+            closed_results: ClosedResults::default(),
             unsaved: BTreeMap::new(),
-            closed_saved: 0,
         })
     }
 
@@ -347,18 +344,7 @@ impl IncrementalView {
             }
         }
         self.unsaved.clear();
-        let from = if full { 0 } else { self.closed_saved };
-        if self.closed_results.len() > from {
-            files.push(StateFile {
-                expiry: EventTime::MAX,
-                file: thund_checkpoint::NewFile {
-                    operator: "complete-closed".into(),
-                    worker: 0,
-                    batches: self.closed_results[from..].to_vec(),
-                },
-            });
-        }
-        self.closed_saved = self.closed_results.len();
+        files.extend(self.closed_results.export(full));
         Ok(files)
     }
 
@@ -444,7 +430,7 @@ impl IncrementalView {
                 .iter()
                 .map(|u| ((u.window, u.key.clone()), u.aggs.clone()))
                 .collect();
-            self.closed_results = closed;
+            self.closed_results = ClosedResults::restored(closed);
         }
         self.dataflow =
             WindowedAggregate::restore(self.config.clone(), w.unwrap_or(EventTime::MIN), updates)
@@ -452,7 +438,6 @@ impl IncrementalView {
                 Error::Checkpoint(format!("view `{}`: restoring the dataflow: {e}", self.view))
             })?;
         self.unsaved.clear();
-        self.closed_saved = self.closed_results.len();
         Ok(())
     }
 
@@ -798,7 +783,7 @@ impl IncrementalView {
                 }
                 let done = self.render(&closed, None)?;
                 self.closed_results.push(done);
-                out.batches.extend(self.closed_results.iter().cloned());
+                out.batches.extend(self.closed_results.all());
                 let open: Vec<Update> = self
                     .open
                     .iter()

@@ -202,12 +202,10 @@ pub(crate) struct RecomputeView {
     n_sources: usize,
     layout: Layout,
     /// Complete mode: every closed window's final rows, kept for re-emission.
-    closed_results: Vec<RecordBatch>,
+    closed_results: ClosedResults,
     /// Rows taken in since the last checkpoint: (source, rows, W from which
     /// no open window needs them).
     unsaved: Vec<(usize, RecordBatch, EventTime)>,
-    /// Complete mode: closed results already in a checkpoint.
-    closed_saved: usize,
 }
 
 enum Layout {
@@ -220,7 +218,7 @@ enum Layout {
     /// Tumbling or hopping windows; rows by pane.
     Time {
         windows: TimeWindows,
-        panes: BTreeMap<EventTime, Vec<Vec<RecordBatch>>>,
+        panes: Panes,
         /// Windows holding rows that have not closed, ordered by end; the last result if evaluated.
         live: BTreeMap<(EventTime, EventTime), Option<RecordBatch>>,
     },
@@ -311,9 +309,8 @@ impl RecomputeView {
             bound,
             n_sources: sources.len(),
             layout,
-            closed_results: Vec::new(),
+            closed_results: ClosedResults::default(),
             unsaved: Vec::new(),
-            closed_saved: 0,
         })
     }
 
@@ -440,16 +437,8 @@ impl RecomputeView {
             } => {
                 let dirty = &d.windows;
                 let closes = |k: &(EventTime, EventTime)| w.is_some_and(|w| k.0 <= w);
-                let rows_of = |panes: &BTreeMap<EventTime, Vec<Vec<RecordBatch>>>,
-                               start: EventTime,
-                               end: EventTime| {
-                    let mut per = vec![Vec::new(); n];
-                    for (_, p) in panes.range(start..end) {
-                        for (i, b) in p.iter().enumerate() {
-                            per[i].extend(b.iter().cloned());
-                        }
-                    }
-                    per
+                let rows_of = |panes: &Panes, start: EventTime, end: EventTime| {
+                    window_rows(panes, start, end, n)
                 };
                 // 2. open windows this trigger changed (Update, Complete)
                 if self.mode != OutputMode::Append {
@@ -521,7 +510,7 @@ impl RecomputeView {
                     }
                 }
                 if self.mode == OutputMode::Complete {
-                    out.batches.extend(self.closed_results.iter().cloned());
+                    out.batches.extend(self.closed_results.all());
                     for (k, r) in live.iter() {
                         if let Some(r) = r {
                             let win = Window {
@@ -596,7 +585,7 @@ impl RecomputeView {
                     s.closed_end.retain(|_, e| e.saturating_add(gap) > w);
                 }
                 if mode == OutputMode::Complete {
-                    out.batches.extend(self.closed_results.iter().cloned());
+                    out.batches.extend(self.closed_results.all());
                     for list in s.open.values() {
                         for sess in list {
                             if let Some(r) = &sess.result {
@@ -720,18 +709,7 @@ impl RecomputeView {
                 });
             }
         }
-        let from = if full { 0 } else { self.closed_saved };
-        if self.closed_results.len() > from {
-            files.push(StateFile {
-                expiry: EventTime::MAX,
-                file: thund_checkpoint::NewFile {
-                    operator: "complete-closed".into(),
-                    worker: 0,
-                    batches: self.closed_results[from..].to_vec(),
-                },
-            });
-        }
-        self.closed_saved = self.closed_results.len();
+        files.extend(self.closed_results.export(full));
         if let Layout::Session(s) = &self.layout {
             if !s.closed_end.is_empty() {
                 let keys: Vec<&[u8]> = s.closed_end.keys().map(|k| k.as_slice()).collect();
@@ -769,9 +747,8 @@ impl RecomputeView {
         session_closed: Vec<RecordBatch>,
     ) -> Result<()> {
         self.insert_rows(rows, w)?;
-        self.closed_results = closed;
+        self.closed_results = ClosedResults::restored(closed);
         self.unsaved.clear();
-        self.closed_saved = self.closed_results.len();
         if self.mode != OutputMode::Append {
             self.refresh_results()?;
         }
@@ -811,13 +788,7 @@ impl RecomputeView {
             }
             Layout::Time { panes, live, .. } => {
                 for ((end, start), r) in live.iter_mut() {
-                    let mut per = vec![Vec::new(); n];
-                    for (_, p) in panes.range(*start..*end) {
-                        for (i, b) in p.iter().enumerate() {
-                            per[i].extend(b.iter().cloned());
-                        }
-                    }
-                    *r = Some(self.eval.eval(per)?);
+                    *r = Some(self.eval.eval(window_rows(panes, *start, *end, n))?);
                 }
             }
             Layout::Session(s) => {
@@ -934,6 +905,59 @@ impl Sessions {
             }
         }
         Ok(dirty)
+    }
+}
+
+/// Rows by pane start, per source.
+type Panes = BTreeMap<EventTime, Vec<Vec<RecordBatch>>>;
+
+/// The rows of window `[start, end)`, per source: the panes it spans.
+fn window_rows(panes: &Panes, start: EventTime, end: EventTime, n: usize) -> Vec<Vec<RecordBatch>> {
+    let mut per = vec![Vec::new(); n];
+    for (_, p) in panes.range(start..end) {
+        for (i, b) in p.iter().enumerate() {
+            per[i].extend(b.iter().cloned());
+        }
+    }
+    per
+}
+
+/// Complete mode's emitted closed windows, kept to re-emit them every
+/// trigger, and how many of them a checkpoint already holds.
+#[derive(Default)]
+pub(crate) struct ClosedResults {
+    batches: Vec<RecordBatch>,
+    saved: usize,
+}
+
+impl ClosedResults {
+    /// As restored from a checkpoint (all saved).
+    pub fn restored(batches: Vec<RecordBatch>) -> Self {
+        let saved = batches.len();
+        ClosedResults { batches, saved }
+    }
+
+    pub fn push(&mut self, b: RecordBatch) {
+        self.batches.push(b);
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = RecordBatch> + '_ {
+        self.batches.iter().cloned()
+    }
+
+    /// The `complete-closed` checkpoint file: all results, or those added
+    /// since the last checkpoint.
+    pub fn export(&mut self, full: bool) -> Option<StateFile> {
+        let from = if full { 0 } else { self.saved };
+        self.saved = self.batches.len();
+        (self.batches.len() > from).then(|| StateFile {
+            expiry: EventTime::MAX,
+            file: thund_checkpoint::NewFile {
+                operator: "complete-closed".into(),
+                worker: 0,
+                batches: self.batches[from..].to_vec(),
+            },
+        })
     }
 }
 

@@ -8,8 +8,8 @@ mod common;
 
 use std::time::Duration;
 
-use arrow::array::{Array, BooleanArray, RecordBatch};
-use common::{batch, canon, cases, oracle, Ev, Win};
+use arrow::array::RecordBatch;
+use common::{answer, batch, cases, oracle, Ev, Win};
 use proptest::prelude::*;
 use thund::{Engine, ExecMode, OutputMode, PathKind, ViewSpec, WindowSpec};
 
@@ -150,27 +150,7 @@ fn run(c: &Case, exec: ExecMode) -> Result<(Vec<String>, u64), TestCaseError> {
         prop_assert_eq!(r.views[0].frontier, Some(i64::MAX), "frontier at finish");
     }
     outs.push(r.views[0].output.clone());
-    let got = match c.mode {
-        OutputMode::Append => canon(&outs.concat()),
-        OutputMode::Complete => canon(outs.last().expect("last")),
-        OutputMode::Update => {
-            let mut fin = Vec::new();
-            for b in outs.iter().flatten() {
-                let flag = b
-                    .column(b.num_columns() - 1)
-                    .as_any()
-                    .downcast_ref::<BooleanArray>()
-                    .expect("flag")
-                    .clone();
-                let kept = arrow::compute::filter_record_batch(b, &flag).expect("filter");
-                fin.push(
-                    kept.project(&(0..b.num_columns() - 1).collect::<Vec<_>>())
-                        .expect("project"),
-                );
-            }
-            canon(&fin)
-        }
-    };
+    let got = answer(c.mode, &outs);
     Ok((got, e.counters("v").expect("counters").late_rows_dropped))
 }
 

@@ -7,8 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use arrow::array::{Array, BooleanArray, RecordBatch};
-use common::{batch, canon, cases, oracle, Ev, Win};
+use arrow::array::RecordBatch;
+use common::{answer, batch, canon, cases, oracle, Ev, Win};
 use proptest::prelude::*;
 use thund::demo::SplitMix;
 use thund::{Engine, OutputMode, ViewSpec, WindowSpec};
@@ -127,25 +127,6 @@ fn run(c: &Case, mode: OutputMode, shuffle: bool) -> (Vec<Vec<RecordBatch>>, u64
     (outs, e.counters("v").expect("counters").late_rows_dropped)
 }
 
-/// Rows flagged final in Update output, without the flag column.
-fn finals(outs: &[Vec<RecordBatch>]) -> Vec<RecordBatch> {
-    let mut v = Vec::new();
-    for b in outs.iter().flatten() {
-        let flag = b
-            .column(b.num_columns() - 1)
-            .as_any()
-            .downcast_ref::<BooleanArray>()
-            .expect("final flag")
-            .clone();
-        let kept = arrow::compute::filter_record_batch(b, &flag).expect("filter");
-        v.push(
-            kept.project(&(0..b.num_columns() - 1).collect::<Vec<_>>())
-                .expect("project"),
-        );
-    }
-    v
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(24), ..ProptestConfig::default() })]
 
@@ -163,7 +144,7 @@ proptest! {
         prop_assert_eq!(&canon(&shuffled.concat()), &expected, "row order within a trigger changed the output");
 
         let (update, _) = run(&c, OutputMode::Update, false);
-        prop_assert_eq!(&canon(&finals(&update)), &expected, "Update's final rows differ from Append");
+        prop_assert_eq!(&answer(OutputMode::Update, &update), &expected, "Update's final rows differ from Append");
 
         let (complete, _) = run(&c, OutputMode::Complete, false);
         let last = complete.last().cloned().unwrap_or_default();

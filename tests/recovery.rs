@@ -9,8 +9,8 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use arrow::array::{Array, BooleanArray, RecordBatch};
-use common::{batch, canon, cases, Ev};
+use arrow::array::RecordBatch;
+use common::{answer, batch, cases, Ev};
 use proptest::prelude::*;
 use thund::{Engine, ExecMode, OutputMode, PathKind, ViewSpec, WindowSpec};
 
@@ -59,30 +59,6 @@ fn spec(shape: usize, mode: OutputMode) -> ViewSpec {
         .mode(exec)
         .build()
         .expect("spec")
-}
-
-fn answer(mode: OutputMode, outs: &[Vec<RecordBatch>]) -> Vec<String> {
-    match mode {
-        OutputMode::Append => canon(&outs.concat()),
-        OutputMode::Complete => canon(outs.last().map(|v| v.as_slice()).unwrap_or(&[])),
-        OutputMode::Update => {
-            let mut fin = Vec::new();
-            for b in outs.iter().flatten() {
-                let flag = b
-                    .column(b.num_columns() - 1)
-                    .as_any()
-                    .downcast_ref::<BooleanArray>()
-                    .expect("flag")
-                    .clone();
-                let kept = arrow::compute::filter_record_batch(b, &flag).expect("filter");
-                fin.push(
-                    kept.project(&(0..b.num_columns() - 1).collect::<Vec<_>>())
-                        .expect("project"),
-                );
-            }
-            canon(&fin)
-        }
-    }
 }
 
 proptest! {

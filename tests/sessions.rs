@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{batch, canon, cases, schema, ts, Ev};
+use common::{answer, batch, canon, cases, schema, ts, Ev};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 use proptest::prelude::*;
@@ -130,19 +130,7 @@ proptest! {
             outs.push(e.trigger().expect("trigger").views[0].output.clone());
         }
         outs.push(e.finish().expect("finish").views[0].output.clone());
-        let got = match mode {
-            OutputMode::Append => canon(&outs.concat()),
-            OutputMode::Complete => canon(outs.last().expect("last")),
-            OutputMode::Update => {
-                let mut fin = Vec::new();
-                for b in outs.iter().flatten() {
-                    let flag = b.column(b.num_columns() - 1).as_any().downcast_ref::<arrow::array::BooleanArray>().expect("flag").clone();
-                    let kept = arrow::compute::filter_record_batch(b, &flag).expect("filter");
-                    fin.push(kept.project(&(0..b.num_columns() - 1).collect::<Vec<_>>()).expect("project"));
-                }
-                canon(&fin)
-            }
-        };
+        let got = answer(mode, &outs);
         prop_assert_eq!(got, expected);
         prop_assert_eq!(e.counters("s").expect("counters").late_rows_dropped, late);
     }

@@ -202,3 +202,30 @@ pub fn cases(default: u32) -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// What a run emitted, as the mode's final answer: Append — every row;
+/// Update — the rows flagged `final` (without the flag); Complete — the last
+/// trigger's output. Canonical and sorted.
+pub fn answer(mode: thund::OutputMode, outs: &[Vec<RecordBatch>]) -> Vec<String> {
+    match mode {
+        thund::OutputMode::Append => canon(&outs.concat()),
+        thund::OutputMode::Complete => canon(outs.last().map(|v| v.as_slice()).unwrap_or(&[])),
+        thund::OutputMode::Update => {
+            let mut fin = Vec::new();
+            for b in outs.iter().flatten() {
+                let flag = b
+                    .column(b.num_columns() - 1)
+                    .as_any()
+                    .downcast_ref::<arrow::array::BooleanArray>()
+                    .expect("final flag")
+                    .clone();
+                let kept = arrow::compute::filter_record_batch(b, &flag).expect("filter");
+                fin.push(
+                    kept.project(&(0..b.num_columns() - 1).collect::<Vec<_>>())
+                        .expect("project"),
+                );
+            }
+            canon(&fin)
+        }
+    }
+}
