@@ -451,6 +451,10 @@ impl Engine {
             since_full: 0,
         };
         if let (Some(store), Some(sidecar)) = (&self.store, &mut self.sidecar) {
+            match &mut view.runtime {
+                ViewRuntime::Recompute(r) => r.enable_checkpoints(),
+                ViewRuntime::Incremental(r) => r.enable_checkpoints(),
+            }
             // fence first: a second writer must not even read a state it could corrupt
             let writer = store
                 .acquire_with(&name, Takeover::IfStale)

@@ -66,6 +66,8 @@ pub(crate) struct IncrementalView {
     closed_results: ClosedResults,
     /// Open groups changed since the last checkpoint (what a delta epoch writes).
     unsaved: BTreeMap<(Window, Vec<u8>), Vec<AggState>>,
+    /// Whether a state root takes checkpoints (else nothing is tracked for them).
+    checkpointing: bool,
 }
 
 /// Replace every sub-expression that the Aggregate node computes (a group
@@ -203,6 +205,7 @@ impl IncrementalView {
             open: BTreeMap::new(),
             closed_results: ClosedResults::default(),
             unsaved: BTreeMap::new(),
+            checkpointing: false,
         })
     }
 
@@ -212,6 +215,11 @@ impl IncrementalView {
 
     pub fn evaluator(&self) -> &SqlEvaluator {
         &self.eval
+    }
+
+    /// Track what changes between checkpoints (a state root is configured).
+    pub fn enable_checkpoints(&mut self) {
+        self.checkpointing = true;
     }
 
     /// The dataflow's output frontier (`None` = −∞).
@@ -739,12 +747,14 @@ impl IncrementalView {
             .dataflow
             .advance_to(w)
             .map_err(|e| Error::exec(&self.view, e))?;
-        for u in &step.changed {
-            self.unsaved
-                .insert((u.window, u.key.clone()), u.aggs.clone());
-        }
-        for u in &step.closed {
-            self.unsaved.remove(&(u.window, u.key.clone()));
+        if self.checkpointing {
+            for u in &step.changed {
+                self.unsaved
+                    .insert((u.window, u.key.clone()), u.aggs.clone());
+            }
+            for u in &step.closed {
+                self.unsaved.remove(&(u.window, u.key.clone()));
+            }
         }
         out.windows_closed = {
             let mut ws: Vec<_> = step.closed.iter().map(|u| u.window).collect();

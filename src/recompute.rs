@@ -206,6 +206,8 @@ pub(crate) struct RecomputeView {
     /// Rows taken in since the last checkpoint: (source, rows, W from which
     /// no open window needs them).
     unsaved: Vec<(usize, RecordBatch, EventTime)>,
+    /// Whether a state root takes checkpoints (else nothing is tracked for them).
+    checkpointing: bool,
 }
 
 enum Layout {
@@ -311,6 +313,7 @@ impl RecomputeView {
             layout,
             closed_results: ClosedResults::default(),
             unsaved: Vec::new(),
+            checkpointing: false,
         })
     }
 
@@ -383,7 +386,7 @@ impl RecomputeView {
         w: Option<EventTime>,
     ) -> Result<StepOutput> {
         let finishing = w == Some(EventTime::MAX);
-        for o in &on_time {
+        for o in on_time.iter().filter(|_| self.checkpointing) {
             let expiry = match &self.layout {
                 Layout::Time { windows, .. } => o
                     .times
@@ -397,6 +400,9 @@ impl RecomputeView {
             self.unsaved.push((o.source, o.batch.clone(), expiry));
         }
         let d = self.insert_rows(on_time, w_prev)?;
+        // rows no open window needs any more need no checkpoint either
+        self.unsaved
+            .retain(|(_, _, exp)| w.is_none_or(|w| *exp > w));
         let mut out = StepOutput::default();
         let n = self.n_sources;
         match &mut self.layout {
@@ -800,6 +806,11 @@ impl RecomputeView {
             }
         }
         Ok(())
+    }
+
+    /// Track what changes between checkpoints (a state root is configured).
+    pub fn enable_checkpoints(&mut self) {
+        self.checkpointing = true;
     }
 
     /// Rows buffered for open windows (all sources).
