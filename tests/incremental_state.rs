@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+use arrow::array::{Array, Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use thund::demo::SplitMix;
 use thund::{Engine, ManualClock, PathKind, ViewSpec, WindowSpec};
@@ -149,4 +149,74 @@ fn frontier_follows_w_when_the_source_goes_idle() {
         (r.views[0].watermark, r.views[0].frontier),
         (Some(i64::MAX), Some(i64::MAX))
     );
+}
+
+#[test]
+fn avg_of_an_all_null_group_is_null_and_count_is_zero() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, true),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
+    ]));
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(
+        ViewSpec::builder(
+            "v",
+            "SELECT k, AVG(v) AS a, COUNT(v) AS c, SUM(v) AS s FROM t GROUP BY k",
+        )
+        .source("t", "ts", schema.clone())
+        .window(WindowSpec::tumbling(Duration::from_secs(1)))
+        .build()
+        .expect("spec"),
+    )
+    .expect("view");
+    assert_eq!(e.plan("v").expect("plan").path(), PathKind::Incremental);
+    let b = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(vec![1, 1, 2])),
+            Arc::new(Int64Array::from(vec![None, None, Some(4)])),
+            Arc::new(TimestampMillisecondArray::from(vec![10, 20, 30])),
+        ],
+    )
+    .expect("batch");
+    e.push("t", b).expect("push");
+    let out = e.finish().expect("finish").views[0].output.clone();
+    let b = arrow::compute::concat_batches(&out[0].schema(), &out).expect("concat");
+    let k = b
+        .column(2)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .expect("k");
+    let a = b
+        .column(3)
+        .as_any()
+        .downcast_ref::<arrow::array::Float64Array>()
+        .expect("avg");
+    let c = b
+        .column(4)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .expect("count");
+    let s = b
+        .column(5)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .expect("sum");
+    for i in 0..b.num_rows() {
+        if k.value(i) == 1 {
+            assert!(
+                a.is_null(i) && s.is_null(i),
+                "AVG and SUM of all-NULL are NULL"
+            );
+            assert_eq!(c.value(i), 0);
+        } else {
+            assert_eq!((a.value(i), c.value(i), s.value(i)), (4.0, 1, 4));
+        }
+    }
+    assert_eq!(b.num_rows(), 2);
 }

@@ -26,6 +26,8 @@ const QUERIES: &[&str] = &[
     "SELECT d, COUNT(*) AS c, SUM(d) AS sd, AVG(d) AS ad, MIN(d) AS mind, MAX(d) AS maxd FROM t GROUP BY d",
     "SELECT v > 0 AS pos, SUM(d) AS sd, COUNT(d) AS cd FROM t GROUP BY v > 0",
     "SELECT MAX(v) AS mx, k FROM t GROUP BY k HAVING MAX(v) > 0 AND COUNT(*) >= 2",
+    "SELECT CAST(ts AS DATE) AS day, date_trunc('second', ts) AS sec, COUNT(*) AS c, AVG(v) AS a \
+     FROM t GROUP BY CAST(ts AS DATE), date_trunc('second', ts)",
 ];
 
 const WINDOWS: &[(i64, i64)] = &[
