@@ -56,7 +56,7 @@ fn sorted_lines(p: &Path) -> Vec<String> {
 
 fn crash_until_done(sql: &str, mode: &str, output: &str, seed: u64) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let input = write_input(dir.path(), 4000);
+    let input = write_input(dir.path(), 8000);
     let v = view(dir.path(), sql, mode, output);
     let base = |out: &Path| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_thund"));
@@ -90,7 +90,7 @@ fn crash_until_done(sql: &str, mode: &str, output: &str, seed: u64) {
             .spawn()
             .expect("spawn");
         // the first runs are killed early and often; later ones get more time
-        let wait = Duration::from_millis(20 + r.below(60 + 40 * runs as u64));
+        let wait = Duration::from_millis(20 + r.below(50 + 25 * runs as u64));
         std::thread::sleep(wait);
         match child.try_wait().expect("wait") {
             Some(status) => {
