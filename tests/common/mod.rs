@@ -229,3 +229,61 @@ pub fn answer(mode: thund::OutputMode, outs: &[Vec<RecordBatch>]) -> Vec<String>
         }
     }
 }
+
+/// Windows the randomized laws draw from: (size, slide) in ms.
+pub const WINDOWS: &[(i64, i64)] = &[
+    (1000, 1000),
+    (2500, 2500),
+    (3000, 1000),
+    (2000, 500),
+    (1500, 1000),
+];
+
+/// A random disordered stream split into random triggers, with a lateness
+/// and a window. Times and lateness sit on a 100 ms grid, so window ends and
+/// W meet often (the late rule's boundary).
+pub fn stream() -> impl proptest::strategy::Strategy<Value = (Vec<Vec<Ev>>, i64, Win)> {
+    use proptest::prelude::*;
+    let row = (
+        0i64..4,
+        0usize..3,
+        prop::option::weighted(0.8, -50i64..50),
+        -800i64..800,
+        0i64..250,
+        prop_oneof![0i64..500, 0i64..5000],
+    );
+    (
+        prop::collection::vec(row, 0..120),
+        prop::collection::vec(1usize..40, 1..12),
+        prop_oneof![Just(0i64), (0i64..4).prop_map(|l| l * 500)],
+        0..WINDOWS.len(),
+    )
+        .prop_map(|(rows, cuts, lateness, w)| {
+            let mut t = 1_000_000i64;
+            let evs: Vec<Ev> = rows
+                .into_iter()
+                .map(|(k, g, v, f, step, jitter)| {
+                    t += step / 100 * 100;
+                    Ev {
+                        t: t - jitter / 100 * 100,
+                        k,
+                        g: ["a", "b", "c"][g].to_string(),
+                        v,
+                        f: f as f64 / 8.0,
+                    }
+                })
+                .collect();
+            let mut triggers = Vec::new();
+            let mut rest = &evs[..];
+            for c in cuts {
+                let n = c.min(rest.len());
+                triggers.push(rest[..n].to_vec());
+                rest = &rest[n..];
+            }
+            if !rest.is_empty() {
+                triggers.push(rest.to_vec());
+            }
+            let (size, slide) = WINDOWS[w];
+            (triggers, lateness, Win { size, slide })
+        })
+}
