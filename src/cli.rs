@@ -249,6 +249,9 @@ fn run(a: RunArgs) -> Result<()> {
     let mut engine = builder.build()?;
     engine.create_view(spec)?;
     let recovery = engine.recovery(&view)?.cloned();
+    for w in engine.warnings(&view)? {
+        eprintln!("thund run: {w}");
+    }
     if let Some(r) = &recovery {
         eprintln!(
             "thund run: resuming view `{view}` from epoch {} (W = {}){}",

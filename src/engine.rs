@@ -243,6 +243,8 @@ struct View {
     recovery_reported: bool,
     /// Checkpoints since the last full one (0: the next one is full).
     since_full: usize,
+    /// What the state root said at start besides a resume (see [`Engine::warnings`]).
+    warnings: Vec<String>,
 }
 
 /// What a view resumed from.
@@ -449,6 +451,7 @@ impl Engine {
             recovery: None,
             recovery_reported: false,
             since_full: 0,
+            warnings: Vec::new(),
         };
         if let (Some(store), Some(sidecar)) = (&self.store, &mut self.sidecar) {
             match &mut view.runtime {
@@ -469,6 +472,19 @@ impl Engine {
                     return Err(e);
                 }
             };
+            if loaded.is_none() {
+                // a cold start is never silent: say which crashed first epochs it passed over
+                if let Ok(thund_checkpoint::decision::ResumeDecision::ColdStart {
+                    ignored_uncommitted,
+                }) = store.decide(&name)
+                {
+                    if !ignored_uncommitted.is_empty() {
+                        view.warnings.push(format!(
+                            "cold start: ignored epochs {ignored_uncommitted:?}, written by a first checkpoint that crashed before its commit"
+                        ));
+                    }
+                }
+            }
             if let Some(l) = loaded {
                 if let Err(e) = view.restore(&l, self.clock.now_ms()) {
                     let _ = writer.release();
@@ -501,6 +517,13 @@ impl Engine {
     /// by a trigger (restored from a checkpoint, or since), if any.
     pub fn source_offset(&self, source: &str) -> Option<u64> {
         self.offsets.get(source).copied()
+    }
+
+    /// What opening the state root for a view noticed that is not a resume:
+    /// for instance a cold start that passed over epochs a crashed first
+    /// checkpoint left behind uncommitted.
+    pub fn warnings(&self, view: &str) -> Result<&[String]> {
+        Ok(&self.view(view)?.warnings)
     }
 
     /// What a view resumed from, if it resumed.

@@ -228,3 +228,21 @@ fn a_committed_epoch_is_plain_parquet_holding_the_live_state() {
     }
     assert_eq!(seen, want);
 }
+
+#[test]
+fn a_crashed_first_checkpoint_is_a_cold_start_that_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = format!("file://{}", dir.path().display());
+    // what a SIGKILL during the very first checkpoint leaves: a state file, no manifest, no pointer
+    let epoch1 = epoch_dir(dir.path(), 1);
+    std::fs::create_dir_all(&epoch1).expect("mkdir");
+    std::fs::write(epoch1.join("operator-aggregate-w0.parquet"), b"PAR1 torn").expect("file");
+    let e = reopen(&root).expect("a cold start, not an error");
+    assert!(e.recovery("v").expect("view").is_none());
+    let w = e.warnings("v").expect("view");
+    assert!(
+        w.iter()
+            .any(|w| w.contains("cold start") && w.contains('1')),
+        "{w:?}"
+    );
+}
