@@ -29,7 +29,7 @@ use thund_dataflows::{AggKind, AggState, Config, Update, Value, WindowedAggregat
 use crate::error::{Error, Result};
 use crate::plan::{agg_func, shape, AggFunc};
 use crate::recompute::{
-    output_schema, time_window_late, ClosedResults, OnTime, Refusal, SqlEvaluator, StepOutput,
+    classify_time, output_schema, ClosedResults, OnTime, Refusal, SqlEvaluator, StepOutput,
 };
 use crate::sidecar::StateFile;
 use crate::spec::OutputMode;
@@ -234,15 +234,7 @@ impl IncrementalView {
     }
 
     pub fn classify(&self, times: &Int64Array, w_prev: Option<EventTime>) -> Vec<Option<Refusal>> {
-        times
-            .iter()
-            .map(|t| match t {
-                None => Some(Refusal::NullTime),
-                Some(t) => {
-                    time_window_late(&self.windows, t, w_prev).map(|w| Refusal::Late(Some(w)))
-                }
-            })
-            .collect()
+        classify_time(&self.windows, times, w_prev)
     }
 
     /// Schema of the exported state: `window_start`, `window_end` (ms), the

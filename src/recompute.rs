@@ -193,6 +193,23 @@ pub(crate) fn time_window_late(
     }
 }
 
+/// The late rule for tumbling and hopping windows, row by row (shared by
+/// both paths): NULL event times and rows whose last window closed at `w_prev`
+/// are refused.
+pub(crate) fn classify_time(
+    windows: &TimeWindows,
+    times: &Int64Array,
+    w_prev: Option<EventTime>,
+) -> Vec<Option<Refusal>> {
+    times
+        .iter()
+        .map(|t| match t {
+            None => Some(Refusal::NullTime),
+            Some(t) => time_window_late(windows, t, w_prev).map(|w| Refusal::Late(Some(w))),
+        })
+        .collect()
+}
+
 /// The recompute runtime of one view.
 pub(crate) struct RecomputeView {
     eval: SqlEvaluator,
@@ -344,16 +361,7 @@ impl RecomputeView {
                     });
                 }
             }
-            Layout::Time { windows, .. } => {
-                for t in times.iter() {
-                    out.push(match t {
-                        None => Some(Refusal::NullTime),
-                        Some(t) => {
-                            time_window_late(windows, t, w_prev).map(|w| Refusal::Late(Some(w)))
-                        }
-                    });
-                }
-            }
+            Layout::Time { windows, .. } => out = classify_time(windows, times, w_prev),
             Layout::Session(s) => {
                 let keys = s.keys(batch)?;
                 for (i, t) in times.iter().enumerate() {
