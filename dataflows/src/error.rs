@@ -1,6 +1,7 @@
 //! The crate's error type, with variants by phase: input, aggregation, runtime.
 
-use crate::agg::{AggKind, AggState, EventTime, Value, Window};
+use crate::state::agg::{AggKind, AggState, Value};
+use crate::window::{EventTime, Window};
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,9 +1,39 @@
-//! Þund's timely/differential-dataflow core: windowed grouped aggregates, maintained
-//! incrementally, with event time as the dataflow's time. It knows no SQL and no Arrow.
+//! ```text
+//!  Þund, end to end (the double box is this crate)
+//!
+//!              Arrow RecordBatches (push)  /  replayable Source (offsets)
+//!                                 │
+//!                                 ▼
+//!  src/ (crate `thund`) ── Engine: views, triggers, WatermarkTracker, sinks, CLI
+//!     │  plan/: DataFusion LogicalPlan ──► the view's plan (Þund's own IR):
+//!     │         a supported shape, or Recompute { reason }
+//!     │  WHERE and scalar expressions: DataFusion on Arrow batches, before rows
+//!     │  enter either path and after results leave it
+//!     │
+//!     ├─ incremental ──► ╔═ dataflows/ (crate `thund-dataflows`) ═════════════════╗
+//!     │  path            ║ timely + differential dataflow; knows no SQL, no Arrow ║
+//!     │  (supported      ║ timestamps are event time: a window closes when the    ║
+//!     │   shapes)        ║ frontier passes its end                                ║
+//!     │                  ║ in: Updates (window, encoded key, aggregate states)    ║
+//!     │                  ║ out: closed windows' final states, changed open ones   ║
+//!     │                  ╚════════════════════════════════════════════════════════╝
+//!     ├─ recompute ────► recompute (in src/): DataFusion over the buffered rows of
+//!     │  path            open / dirty windows; every other shape, and the tests' oracle
+//!     │
+//!     └─ sidecar ──────► checkpoint/ (crate `thund-checkpoint`): Parquet epochs and
+//!                        a manifest on object_store; knows no timely. The root crate
+//!                        stores WindowedAggregate::snapshot() there, and restores
+//!                        from it with WindowedAggregate::restore()
+//! ```
+//!
+//! This crate is the incremental path: windowed grouped aggregates, maintained incrementally
+//! on timely/differential dataflow, with event time as the dataflow's time. It renders what
+//! the root crate hands it, and knows no SQL and no Arrow. Inside it:
 //!
 //! ```text
-//!  host (root crate)                         each timely worker (thread)
-//!  ─────────────────                         ───────────────────────────
+//!  host: the caller's thread                  each timely worker (thread)
+//!  (host/handle.rs, state/preagg.rs)          (host/worker.rs, render/aggregate.rs)
+//!  ─────────────────────────────────          ─────────────────────────────────────
 //!  Updates ─insert─► folded by (window, key) ─step─► InputSession (at the current time)
 //!                                              │  (window, key) -> Acc{n, states}
 //!                                              ▼
@@ -24,8 +54,8 @@
 //!   in the diff (COUNT and SUM add, MIN and MAX are semilattices), so the arrangement holds
 //!   about one record per open `(window, key)`, not one per row or per distinct value.
 //!   Eviction retracts every contribution at its window's end; the diff's contribution
-//!   count makes that retraction exact even for MIN, MAX and float sums (see the `diff`
-//!   module).
+//!   count makes that retraction exact even for MIN, MAX and float sums (see
+//!   `state/diff.rs`).
 //! * **Checkpoints.** Rows enter at the current time with the window in the key, so every
 //!   open window is in the trace: [`WindowedAggregate::snapshot`] reads it, and
 //!   [`WindowedAggregate::restore`] re-inserts it at the restored watermark, with any
@@ -40,6 +70,20 @@
 //! window's end retracts, which is what keeps MIN/MAX exact without storing values);
 //! float sums round in an unspecified order (exact whenever the partial sums are exactly
 //! representable); session windows, whose windows merge, are not supported here.
+//!
+//! The source is laid out by concept:
+//!
+//! * `host/`: the handle the root crate drives ([`WindowedAggregate`], `host/handle.rs`) and
+//!   the worker threads' command loop (`host/worker.rs`);
+//! * `render/`: one file per operator family, building its dataflow in a worker
+//!   (`render/aggregate.rs`: the windowed aggregate);
+//! * `operators/`: the dataflow's operators, one per file (`evict.rs`, `collect.rs`);
+//! * `state/`: the state types: aggregate kinds and states (`agg.rs`), the difference type
+//!   (`diff.rs`), the worker's open-window table (`open.rs`) and pre-aggregation
+//!   (`preagg.rs`);
+//! * at the top: event time, windows and keys (`window.rs`), the dataflow timestamp
+//!   (`time.rs`), spine and trace aliases and the arrangement wrapper (`typedefs.rs`), and
+//!   the error type (`error.rs`).
 //!
 //! ```
 //! use thund_dataflows::{AggKind, AggState, Config, PreAggregator, Value, WindowedAggregate, Window};
@@ -63,19 +107,17 @@
 
 #![warn(missing_docs)]
 
-mod agg;
-mod diff;
 mod error;
-mod handle;
-mod open;
+mod host;
 mod operators;
-mod preagg;
 mod render;
+mod state;
 mod time;
 mod typedefs;
-mod worker;
+mod window;
 
-pub use agg::{AggKind, AggState, EventTime, Key, Update, Value, Window};
 pub use error::{Error, Result};
-pub use handle::{ArrangementSize, Config, Step, WindowedAggregate};
-pub use preagg::PreAggregator;
+pub use host::handle::{ArrangementSize, Config, Step, WindowedAggregate};
+pub use state::agg::{AggKind, AggState, Update, Value};
+pub use state::preagg::PreAggregator;
+pub use window::{EventTime, Key, Window};

@@ -6,7 +6,7 @@
 //! lexicographic, so the frontier's event-time part is exactly the watermark the host
 //! advanced to, and a window `[s, e)` closes when the frontier reaches `e << 64`.
 
-use crate::agg::EventTime;
+use crate::window::EventTime;
 
 /// The timestamp of every dataflow in this crate.
 pub(crate) type Time = i128;

@@ -7,9 +7,9 @@ use differential_dataflow::trace::TraceReader;
 use differential_dataflow::VecCollection;
 use timely::progress::frontier::AntichainRef;
 
-use crate::agg::{Key, Window};
-use crate::diff::Acc;
+use crate::state::diff::Acc;
 use crate::time::Time;
+use crate::window::{Key, Window};
 
 /// The record of the windowed-aggregate arrangement: the window is part of the key.
 pub(crate) type WindowKey = (Window, Key);

@@ -9,7 +9,7 @@ use differential_dataflow::trace::{Cursor, Navigable};
 use timely::dataflow::operators::{Inspect, Probe};
 use timely::dataflow::ProbeHandle;
 
-use crate::open::OpenWindows;
+use crate::state::open::OpenWindows;
 use crate::time::Time;
 use crate::typedefs::WindowTrace;
 

@@ -12,7 +12,7 @@ use crate::typedefs::WindowCollection;
 ///
 /// The input's times are all before `window.end` (the host rejects late updates), so the
 /// accumulation at any time before the end is unchanged and at the end is exactly zero
-/// (see [`crate::diff`]).
+/// (see [`crate::state::diff`]).
 pub(crate) fn evict_at_window_end(collection: WindowCollection<'_>) -> WindowCollection<'_> {
     collection
         .inner

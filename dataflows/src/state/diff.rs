@@ -16,7 +16,7 @@
 use differential_dataflow::difference::{IsZero, Monoid, Semigroup};
 use serde::{Deserialize, Serialize};
 
-use crate::agg::{AggKind, AggState};
+use crate::state::agg::{AggKind, AggState};
 
 /// One slot of an [`Acc`]: an aggregate's kind and partial state.
 pub(crate) type Part = (AggKind, AggState);
@@ -97,7 +97,7 @@ impl Monoid for Acc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agg::Value;
+    use crate::state::agg::Value;
 
     const KINDS: [AggKind; 3] = [AggKind::MinFloat, AggKind::SumFloat, AggKind::SumInt];
 

@@ -3,11 +3,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::agg::{AggKind, AggState, EventTime, Key, Update, Window};
-use crate::diff::Acc;
 use crate::error::Error;
+use crate::state::agg::{AggKind, AggState, Update};
+use crate::state::diff::Acc;
 use crate::time::{start_of, Time};
 use crate::typedefs::WindowKey;
+use crate::window::{EventTime, Key, Window};
 
 /// Current states of a worker's open `(window, key)`s, ordered by window end.
 #[derive(Debug)]

@@ -9,11 +9,12 @@ use std::time::Duration;
 use differential_dataflow::hashable::Hashable;
 use serde::{Deserialize, Serialize};
 
-use crate::agg::{AggKind, AggState, EventTime, Key, Update, Window};
+use super::worker::{run, Command, Link, Reply, WorkerEnd};
 use crate::error::{Error, Result};
-use crate::preagg::PreAggregator;
+use crate::state::agg::{AggKind, AggState, Update};
+use crate::state::preagg::PreAggregator;
 use crate::time::{event_time, seq, start_of, Time};
-use crate::worker::{run, Command, Link, Reply, WorkerEnd};
+use crate::window::{EventTime, Key, Window};
 
 /// What to run: how many worker threads, and which aggregates each `(window, key)` keeps.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -566,7 +567,7 @@ impl Drop for WindowedAggregate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agg::Value;
+    use crate::state::agg::Value;
 
     #[test]
     fn the_handle_can_move_between_threads() {

@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 
-use crate::agg::{combine_all, AggKind, AggState, Key, Update, Window};
 use crate::error::{Error, Result};
+use crate::state::agg::{combine_all, AggKind, AggState, Update};
+use crate::window::{Key, Window};
 
 /// Folds per-row states into one state vector per `(window, key)`.
 ///

@@ -1,4 +1,4 @@
-//! Rendering: builds the windowed-aggregate dataflow in one worker.
+//! Rendering of the windowed-aggregate family: builds its dataflow in one worker.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -7,10 +7,10 @@ use differential_dataflow::input::{Input, InputSession};
 use timely::dataflow::ProbeHandle;
 use timely::worker::Worker;
 
-use crate::agg::AggKind;
-use crate::diff::Acc;
-use crate::open::OpenWindows;
 use crate::operators::{collect_changes, evict_at_window_end};
+use crate::state::agg::AggKind;
+use crate::state::diff::Acc;
+use crate::state::open::OpenWindows;
 use crate::time::Time;
 use crate::typedefs::{arrange, NamedTrace, WindowKey};
 

@@ -1,4 +1,4 @@
-//! The data model: event time, windows, group keys, aggregate kinds and their partial states.
+//! Aggregates: their kinds, input values, partial states, and the per-`(window, key)` update.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -7,42 +7,7 @@ use std::hash::{Hash, Hasher};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-
-/// Event time in milliseconds since the Unix epoch.
-pub type EventTime = i64;
-
-/// Group key, already encoded by the caller (for example `arrow::row::RowConverter`
-/// bytes; empty for a query without `GROUP BY`). Opaque here, compared as bytes.
-pub type Key = Vec<u8>;
-
-/// A half-open event-time window `[start, end)`.
-///
-/// The window closes (its result becomes final) once the frontier reaches `end`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Window {
-    /// First instant inside the window.
-    pub start: EventTime,
-    /// First instant after the window.
-    pub end: EventTime,
-}
-
-impl Window {
-    /// The window `[start, end)`.
-    pub fn new(start: EventTime, end: EventTime) -> Self {
-        Window { start, end }
-    }
-
-    /// True if `t` lies in `[start, end)`.
-    pub fn contains(&self, t: EventTime) -> bool {
-        self.start <= t && t < self.end
-    }
-}
-
-impl fmt::Display for Window {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}, {})", self.start, self.end)
-    }
-}
+use crate::window::{Key, Window};
 
 /// The accumulator kinds.
 ///

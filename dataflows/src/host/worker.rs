@@ -1,5 +1,6 @@
-//! The worker side: a loop that runs host commands against the rendered dataflow.
+//! The worker threads: each runs a loop that applies the host's commands to its rendered dataflow.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -7,18 +8,17 @@ use std::sync::Arc;
 use differential_dataflow::difference::{Monoid, Semigroup};
 use differential_dataflow::trace::cursor::cursor_list;
 use differential_dataflow::trace::Cursor;
-use std::cell::RefCell;
-
 use timely::dataflow::ProbeHandle;
 use timely::worker::Worker;
 
-use crate::agg::{AggKind, EventTime, Update};
-use crate::diff::Acc;
 use crate::error::{Error, Result};
-use crate::open::{OpenWindows, StepOutput};
-use crate::render::{render, Rendered};
+use crate::render::aggregate::{render, Rendered};
+use crate::state::agg::{AggKind, Update};
+use crate::state::diff::Acc;
+use crate::state::open::{OpenWindows, StepOutput};
 use crate::time::{event_time, start_of, Time};
 use crate::typedefs::NamedTrace;
+use crate::window::EventTime;
 
 /// A command from the host to one worker.
 #[derive(Debug)]
