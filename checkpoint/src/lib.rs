@@ -1,3 +1,32 @@
+//! ```text
+//!            Arrow RecordBatches (push)  /  replayable Source (offsets)
+//!                               │
+//!                               ▼
+//!  thund (root crate) ── Engine: views, triggers, watermark tracker, sinks, CLI
+//!        │  planning: DataFusion LogicalPlan ──► the view's plan (own IR):
+//!        │            a supported shape, or Recompute { reason }
+//!        │
+//!        ├─► incremental path ──► thund-dataflows
+//!        │                        timely + differential-dataflow; knows no SQL;
+//!        │                        timestamps = event time; close = frontier
+//!        │
+//!        ├─► recompute path ────► DataFusion over the buffered rows of open /
+//!        │   (in the root crate)  dirty windows; fallback and test oracle
+//!        │
+//!        │   both paths export operator state per epoch (full or delta)
+//!        ▼
+//!  sidecar (root crate, background thread) ── asks policy: full or delta?
+//!        │                                     which older files to reuse?
+//!        ▼
+//!  ┌──────────────────────── thund-checkpoint (this crate) ───────────────────┐
+//!  │ policy: CheckpointSchedule, LiveFiles   decision: decide_resume, plan_gc │
+//!  │ Writer / CheckpointStore: Parquet epochs + manifest, commit protocol     │
+//!  │ knows no timely, no SQL                                                  │
+//!  └──────────────────────────────────┬───────────────────────────────────────┘
+//!                                     ▼
+//!                object_store: memory:// · file:// · s3://
+//! ```
+//!
 //! Þund's checkpoints: operator state as Parquet epochs plus a JSON manifest
 //! over any [`object_store`] backend.
 //!
@@ -10,7 +39,10 @@
 //! fingerprint it computed, watermarks, offsets, counters) and gets them back.
 //! The protocol is pure logic ([`decide_resume`], [`plan_gc`], [`paths`]) with
 //! I/O at the edge ([`CheckpointStore`], [`Writer`]); sync callers use
-//! [`BlockingCheckpointStore`].
+//! [`BlockingCheckpointStore`]. The scheduling policy is pure logic too
+//! ([`policy`]): [`CheckpointSchedule`] says whether the next epoch is full or
+//! a delta, and [`LiveFiles`] which older files a delta still references and
+//! when they expire.
 //!
 //! # Layout
 //!
@@ -57,9 +89,11 @@
 //! 2. `store.load_expecting(view, fingerprint)?` — `None`: cold start;
 //!    `Some(loaded)`: restore state, W, counters and offsets from
 //!    `loaded.manifest`, and log `loaded.fell_back_from` if non-empty.
-//! 3. Each checkpoint: `w.write_epoch(w.next_epoch(), new_files, reused,
-//!    meta)`, where `reused` are [`FileEntry`]s of the previous manifest that
-//!    are still valid; then `w.gc()` now and then.
+//! 3. Each checkpoint: `full = schedule.want_full()` (the runtime may write
+//!    full anyway), `reused = live.carried(meta.watermark, full)`, then
+//!    `m = w.write_epoch(w.next_epoch(), new_files, reused, meta)`, then
+//!    `live.record_commit(&m, &expiries)` and `schedule.record(full)`
+//!    ([`policy`]); `w.gc()` now and then.
 //! 4. On shutdown: `w.release()`.
 //!
 //! # Example
@@ -103,6 +137,7 @@ pub mod lease;
 pub mod manifest;
 mod parquet_io;
 pub mod paths;
+pub mod policy;
 mod store;
 
 pub use blocking::{BlockingCheckpointStore, BlockingWriter};
@@ -117,4 +152,5 @@ pub use manifest::{
     FORMAT_VERSION,
 };
 pub use parquet_io::meta_keys;
+pub use policy::{CheckpointSchedule, LiveFile, LiveFiles, DEFAULT_COMPACT_EVERY};
 pub use store::{CheckpointStore, GcReport, Loaded, LoadedFile, NewFile, Writer, DEFAULT_RETAIN};
