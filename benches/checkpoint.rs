@@ -9,9 +9,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "../tests/common/rng.rs"]
+mod rng;
+
 use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use thund::demo::SplitMix;
+use rng::SplitMix;
 use thund::{Engine, ViewSpec, WindowSpec};
 
 fn median<T: Ord + Copy>(mut v: Vec<T>) -> T {

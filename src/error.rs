@@ -29,14 +29,14 @@ pub enum Error {
         message: String,
     },
     /// The view's SQL does not parse, or names an unknown table or column.
-    #[error("invalid SQL in view `{view}`: {message}\n  SQL: {sql}")]
+    #[error("invalid SQL in view `{view}`: {source}\n  SQL: {sql}")]
     Sql {
         /// The view's name.
         view: String,
         /// The SQL text.
         sql: String,
-        /// DataFusion's message.
-        message: String,
+        /// DataFusion's error.
+        source: Box<datafusion::error::DataFusionError>,
     },
     /// A view with this name exists already.
     #[error("a view named `{0}` exists already")]
@@ -71,13 +71,37 @@ pub enum Error {
     /// `push` or `trigger` after `finish`.
     #[error("the engine has finished (end of stream); no more input is accepted")]
     Finished,
-    /// DataFusion failed while evaluating a view.
-    #[error("evaluating view `{view}` failed: {message}")]
-    Execution {
+    /// DataFusion failed while evaluating a view's expressions or query.
+    #[error("evaluating view `{view}` failed: {source}")]
+    Evaluation {
         /// The view's name.
         view: String,
-        /// DataFusion's or Arrow's message.
-        message: String,
+        /// DataFusion's error.
+        source: Box<datafusion::error::DataFusionError>,
+    },
+    /// An aggregate's value does not fit the type its SQL declares.
+    #[error("view `{view}`: {aggregate} overflows {data_type} in window [{window_start}, {window_end}) (value {value})")]
+    Overflow {
+        /// The view's name.
+        view: String,
+        /// The aggregate, for example `Sum(price)`.
+        aggregate: String,
+        /// The SQL result type.
+        data_type: String,
+        /// Start of the window (ms).
+        window_start: i64,
+        /// End of the window (ms).
+        window_end: i64,
+        /// The value that does not fit.
+        value: String,
+    },
+    /// The view's dataflow failed.
+    #[error("the dataflow of view `{view}` failed: {source}")]
+    Dataflow {
+        /// The view's name.
+        view: String,
+        /// The dataflow's error.
+        source: thund_dataflows::Error,
     },
     /// An input file that cannot be read.
     #[error("input {path}: {message}")]
@@ -95,9 +119,39 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
-    /// Writing or reading a checkpoint failed, or a state root cannot be used.
-    #[error("checkpoint: {0}")]
-    Checkpoint(String),
+    /// The checkpoint store failed, or a state root cannot be used.
+    #[error("checkpoint of {context}: {source}")]
+    Checkpoint {
+        /// What was being checkpointed or restored: `view `v``, a state root URL.
+        context: String,
+        /// The store's error.
+        source: std::sync::Arc<thund_checkpoint::Error>,
+    },
+    /// Stored state that does not decode as this view's state.
+    #[error("checkpoint of view `{view}`: stored state does not fit the view: {message}")]
+    CheckpointFormat {
+        /// The view's name.
+        view: String,
+        /// What does not fit.
+        message: String,
+    },
+    /// [`crate::Engine::checkpoint`] on an engine built without a state root.
+    #[error("no state root: build the engine with `with_state_root(url)` to take checkpoints")]
+    NoStateRoot,
+    /// The checkpoint sidecar thread could not start or has stopped.
+    #[error("the checkpoint sidecar {0}")]
+    Sidecar(String),
+    /// The engine's async runtime (for DataFusion) could not start.
+    #[error("cannot start the engine's async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// A broken internal invariant: a bug in Þund, not in the input.
+    #[error("internal error in view `{view}` (please report): {message}")]
+    Internal {
+        /// The view's name.
+        view: String,
+        /// What went wrong.
+        message: String,
+    },
     /// Arrow failed on data the engine built (not user input).
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
@@ -111,10 +165,38 @@ impl Error {
         }
     }
 
-    pub(crate) fn exec(view: &str, e: impl std::fmt::Display) -> Self {
-        Error::Execution {
+    pub(crate) fn eval(view: &str, e: datafusion::error::DataFusionError) -> Self {
+        Error::Evaluation {
             view: view.to_string(),
-            message: e.to_string(),
+            source: Box::new(e),
+        }
+    }
+
+    pub(crate) fn dataflow(view: &str, e: thund_dataflows::Error) -> Self {
+        Error::Dataflow {
+            view: view.to_string(),
+            source: e,
+        }
+    }
+
+    pub(crate) fn checkpoint(context: impl Into<String>, e: thund_checkpoint::Error) -> Self {
+        Error::Checkpoint {
+            context: context.into(),
+            source: std::sync::Arc::new(e),
+        }
+    }
+
+    pub(crate) fn internal(view: &str, message: impl Into<String>) -> Self {
+        Error::Internal {
+            view: view.to_string(),
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn format(view: &str, message: impl Into<String>) -> Self {
+        Error::CheckpointFormat {
+            view: view.to_string(),
+            message: message.into(),
         }
     }
 }

@@ -35,7 +35,8 @@ fn good(i: i64) -> RecordBatch {
 
 #[test]
 fn bad_pushes_are_refused_and_change_nothing() {
-    let run = |with_bad: bool| {
+    let mut messages = Vec::new();
+    let mut run = |with_bad: bool| {
         let mut e = Engine::builder().build().expect("engine");
         e.create_view(spec(SQL).output(OutputMode::Update).build().expect("spec"))
             .expect("view");
@@ -47,7 +48,7 @@ fn bad_pushes_are_refused_and_change_nothing() {
                 let short = good(i).project(&[0, 1, 2, 4, 5]).expect("project");
                 let err = e.push("t", short).expect_err("must be refused");
                 assert!(matches!(err, Error::SchemaMismatch { .. }), "{err}");
-                assert!(err.to_string().contains("expected 6 columns"), "{err}");
+                messages.push(err.to_string());
                 // a column of the wrong type
                 let wrong = Arc::new(Schema::new(vec![
                     Field::new("k", DataType::Utf8, false),
@@ -63,18 +64,16 @@ fn bad_pushes_are_refused_and_change_nothing() {
                 let err = e
                     .push("t", RecordBatch::try_new(wrong, cols).expect("batch"))
                     .expect_err("refused");
-                assert!(
-                    err.to_string()
-                        .contains("column `k`: expected type Int64, got Utf8"),
-                    "{err}"
-                );
+                assert!(matches!(err, Error::SchemaMismatch { .. }), "{err}");
+                messages.push(err.to_string());
                 // an unknown source
                 let err = e.push("nope", good(i)).expect_err("refused");
-                assert!(matches!(err, Error::UnknownSource { .. }), "{err}");
                 assert!(
-                    err.to_string().contains("`nope`") && err.to_string().contains("t"),
+                    matches!(&err, Error::UnknownSource { source_name, known }
+                        if source_name == "nope" && known == "t"),
                     "{err}"
                 );
+                messages.push(err.to_string());
                 // a NULL in a non-nullable column
                 let nn = Arc::new(Schema::new(vec![
                     Field::new("k", DataType::Int64, true),
@@ -91,7 +90,8 @@ fn bad_pushes_are_refused_and_change_nothing() {
                 let err = e
                     .push("t", RecordBatch::try_new(nn, cols).expect("batch"))
                     .expect_err("refused");
-                assert!(err.to_string().contains("row 4 is NULL"), "{err}");
+                assert!(matches!(err, Error::SchemaMismatch { .. }), "{err}");
+                messages.push(err.to_string());
             }
             out.extend(e.trigger().expect("trigger").views[0].output.clone());
         }
@@ -101,34 +101,37 @@ fn bad_pushes_are_refused_and_change_nothing() {
     let clean = run(false);
     assert!(!clean.is_empty());
     assert_eq!(run(true), clean);
+    // the four refusals of the first trigger, as a user reads them
+    messages.truncate(4);
+    insta::assert_snapshot!("push_refusals", messages.join("\n"));
 }
 
 #[test]
 fn invalid_views_name_their_fault_and_leave_the_engine_usable() {
     let mut e = Engine::builder().build().expect("engine");
     let cases: Vec<(thund::Result<ViewSpec>, &str)> = vec![
-        (spec("SELEC k FROM t").build(), "found: SELEC at Line: 1"),
-        (spec("SELECT k FROM nowhere").build(), "nowhere"),
-        (spec("SELECT nope FROM t").build(), "No field named nope"),
+        (spec("SELEC k FROM t").build(), "sql"),
+        (spec("SELECT k FROM nowhere").build(), "sql"),
+        (spec("SELECT nope FROM t").build(), "sql"),
         (
             ViewSpec::builder("v", SQL)
                 .source("t", "missing_ts", schema())
                 .window(WindowSpec::tumbling(Duration::from_secs(1)))
                 .build(),
-            "missing_ts",
+            "spec",
         ),
         (
             ViewSpec::builder("v", SQL)
                 .source("t", "g", schema())
                 .window(WindowSpec::tumbling(Duration::from_secs(1)))
                 .build(),
-            "has type Utf8",
+            "spec",
         ),
         (
             spec(SQL)
                 .window(WindowSpec::tumbling(Duration::ZERO))
                 .build(),
-            "window.size must be greater than zero",
+            "spec",
         ),
         (
             spec(SQL)
@@ -137,20 +140,26 @@ fn invalid_views_name_their_fault_and_leave_the_engine_usable() {
                     Duration::from_secs(2),
                 ))
                 .build(),
-            "must not exceed",
+            "spec",
         ),
-        (spec("CREATE TABLE x (a INT)").build(), "DDL not supported"),
+        (spec("CREATE TABLE x (a INT)").build(), "sql"),
     ];
-    for (s, needle) in cases {
+    let mut messages = Vec::new();
+    for (s, phase) in cases {
         let err = match s {
             Err(e) => e,
             Ok(s) => e.create_view(s).expect_err("must be refused"),
         };
-        assert!(
-            err.to_string().contains(needle),
-            "expected {needle:?} in: {err}"
-        );
+        let got = match &err {
+            Error::Sql { .. } => "sql",
+            Error::Spec { .. } => "spec",
+            _ => "other",
+        };
+        assert_eq!(got, phase, "{err}");
+        messages.push(err.to_string());
     }
+    // what each refusal says, as a user reads it: a change is a reviewed diff
+    insta::assert_snapshot!("invalid_views", messages.join("\n---\n"));
     // the engine still takes a good view and runs it
     e.create_view(spec(SQL).build().expect("spec"))
         .expect("good view");

@@ -9,7 +9,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use thund::demo::SplitMix;
+#[path = "common/rng.rs"]
+mod rng;
+use rng::SplitMix;
 
 fn write_input(dir: &Path, rows: usize) -> std::path::PathBuf {
     let mut r = SplitMix::new(99);

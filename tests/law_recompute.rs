@@ -8,9 +8,9 @@ mod common;
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
+use common::SplitMix;
 use common::{answer, batch, canon, cases, oracle, Ev, Win};
 use proptest::prelude::*;
-use thund::demo::SplitMix;
 use thund::{Engine, OutputMode, ViewSpec, WindowSpec};
 
 const QUERIES: &[&str] = &[

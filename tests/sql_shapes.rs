@@ -7,8 +7,8 @@ mod common;
 
 use std::time::Duration;
 
+use common::SplitMix;
 use common::{batch, canon, oracle, Ev, Win};
-use thund::demo::SplitMix;
 use thund::{Engine, PathKind, ViewSpec, WindowSpec};
 
 const QUERIES: &[&str] = &[

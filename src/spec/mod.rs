@@ -182,7 +182,7 @@ impl ViewSpec {
     /// Read a view spec from TOML text (see the README for the format).
     /// Sources read from TOML have no schema yet: set it before `create_view`.
     pub fn from_toml(text: &str) -> Result<Self> {
-        let raw: RawSpec = toml::from_str(text).map_err(|e| Error::SpecFile {
+        let raw: RawSpec = ::toml::from_str(text).map_err(|e| Error::SpecFile {
             path: "<toml>".into(),
             message: e.to_string(),
         })?;
@@ -195,7 +195,7 @@ impl ViewSpec {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
-        let raw: RawSpec = toml::from_str(&text).map_err(|e| Error::SpecFile {
+        let raw: RawSpec = ::toml::from_str(&text).map_err(|e| Error::SpecFile {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
@@ -348,208 +348,11 @@ impl ViewSpecBuilder {
     }
 }
 
-// ---- TOML form -------------------------------------------------------------
+mod schema;
+mod toml_form;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSpec {
-    name: String,
-    sql: String,
-    #[serde(default)]
-    output: OutputMode,
-    #[serde(default)]
-    mode: ExecMode,
-    #[serde(rename = "source", default)]
-    sources: Vec<RawSource>,
-    #[serde(default)]
-    watermark: Option<RawWatermark>,
-    #[serde(default)]
-    window: Option<RawWindow>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSource {
-    name: String,
-    event_time: String,
-    schema: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawWatermark {
-    allowed_lateness: Option<String>,
-    idle_timeout: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawWindow {
-    kind: String,
-    size: Option<String>,
-    slide: Option<String>,
-    gap: Option<String>,
-    offset: Option<String>,
-    #[serde(default)]
-    key: Vec<String>,
-}
-
-fn duration(view: &str, field: &str, text: &str) -> Result<Duration> {
-    humantime::parse_duration(text.trim()).map_err(|e| {
-        Error::spec(
-            view,
-            format!("{field} = {text:?} is not a duration ({e}); write e.g. \"10s\", \"500ms\""),
-        )
-    })
-}
-
-fn required(view: &str, field: &str, v: &Option<String>) -> Result<Duration> {
-    match v {
-        Some(t) => duration(view, field, t),
-        None => Err(Error::spec(view, format!("{field} is required"))),
-    }
-}
-
-impl RawSpec {
-    fn into_spec(self) -> Result<ViewSpec> {
-        let v = self.name.clone();
-        let watermark = match &self.watermark {
-            None => WatermarkSpec::default(),
-            Some(w) => WatermarkSpec {
-                allowed_lateness: match &w.allowed_lateness {
-                    Some(t) => duration(&v, "watermark.allowed_lateness", t)?,
-                    None => Duration::ZERO,
-                },
-                idle_timeout: match &w.idle_timeout {
-                    Some(t) => duration(&v, "watermark.idle_timeout", t)?,
-                    None => Duration::ZERO,
-                },
-            },
-        };
-        let window = match &self.window {
-            None => None,
-            Some(w) => {
-                let kind = match w.kind.to_ascii_lowercase().as_str() {
-                    "tumbling" => WindowKind::Tumbling {
-                        size: required(&v, "window.size", &w.size)?,
-                    },
-                    "hopping" | "sliding" => WindowKind::Hopping {
-                        size: required(&v, "window.size", &w.size)?,
-                        slide: required(&v, "window.slide", &w.slide)?,
-                    },
-                    "session" => WindowKind::Session {
-                        gap: required(&v, "window.gap", &w.gap)?,
-                        key: w.key.clone(),
-                    },
-                    other => {
-                        return Err(Error::spec(
-                            &v,
-                            format!(
-                                "window.kind = {other:?}: expected \"tumbling\", \"hopping\" or \"session\""
-                            ),
-                        ))
-                    }
-                };
-                let offset = match &w.offset {
-                    Some(t) => duration(&v, "window.offset", t)?,
-                    None => Duration::ZERO,
-                };
-                Some(WindowSpec { kind, offset })
-            }
-        };
-        let spec = ViewSpec {
-            name: self.name,
-            sql: self.sql,
-            sources: self
-                .sources
-                .into_iter()
-                .map(|s| {
-                    let schema = match &s.schema {
-                        Some(text) => Some(parse_schema(text).map_err(|m| {
-                            Error::spec(&v, format!("source `{}` schema: {m}", s.name))
-                        })?),
-                        None => None,
-                    };
-                    Ok(SourceSpec {
-                        name: s.name,
-                        event_time: s.event_time,
-                        schema,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?,
-            watermark,
-            window,
-            output: self.output,
-            mode: self.mode,
-        };
-        spec.validate()?;
-        Ok(spec)
-    }
-}
-
-/// Parse a schema written as SQL column definitions:
-/// `"auction BIGINT, price DOUBLE, ts TIMESTAMP, d DECIMAL(10,2)"`.
-/// Types: BIGINT, INT, SMALLINT, TINYINT, DOUBLE, FLOAT/REAL, VARCHAR/TEXT/STRING,
-/// BOOLEAN, TIMESTAMP (milliseconds), DATE, DECIMAL(p,s). Columns are nullable.
-pub fn parse_schema(text: &str) -> std::result::Result<SchemaRef, String> {
-    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-    let mut parts = Vec::new();
-    let (mut depth, mut cur) = (0i32, String::new());
-    for ch in text.chars() {
-        match ch {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                parts.push(std::mem::take(&mut cur));
-                continue;
-            }
-            _ => {}
-        }
-        cur.push(ch);
-    }
-    parts.push(cur);
-    let mut fields = Vec::new();
-    for part in parts {
-        let part = part.trim();
-        let Some((name, ty)) = part.split_once(char::is_whitespace) else {
-            return Err(format!("`{part}`: expected `name TYPE`"));
-        };
-        let ty = ty.trim().to_ascii_uppercase();
-        let dt = match ty.as_str() {
-            "BIGINT" | "INT8" | "INT64" | "LONG" => DataType::Int64,
-            "INT" | "INTEGER" | "INT4" | "INT32" => DataType::Int32,
-            "SMALLINT" | "INT2" => DataType::Int16,
-            "TINYINT" => DataType::Int8,
-            "DOUBLE" | "FLOAT8" | "FLOAT64" => DataType::Float64,
-            "FLOAT" | "REAL" | "FLOAT4" => DataType::Float32,
-            "VARCHAR" | "TEXT" | "STRING" | "UTF8" => DataType::Utf8,
-            "BOOLEAN" | "BOOL" => DataType::Boolean,
-            "TIMESTAMP" => DataType::Timestamp(TimeUnit::Millisecond, None),
-            "DATE" => DataType::Date32,
-            t if t.starts_with("DECIMAL(") && t.ends_with(')') => {
-                let inner = &t["DECIMAL(".len()..t.len() - 1];
-                let (p, sc) = inner.split_once(',').unwrap_or((inner, "0"));
-                let p: u8 = p
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("`{part}`: bad precision"))?;
-                let sc: i8 = sc
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("`{part}`: bad scale"))?;
-                if p == 0 || p > 38 || sc < 0 || sc as u8 > p {
-                    return Err(format!(
-                        "`{part}`: DECIMAL(p,s) needs 1 <= p <= 38 and 0 <= s <= p"
-                    ));
-                }
-                DataType::Decimal128(p, sc)
-            }
-            other => return Err(format!("`{name}`: unknown type `{other}`")),
-        };
-        fields.push(Field::new(name.trim(), dt, true));
-    }
-    Ok(std::sync::Arc::new(Schema::new(fields)))
-}
+pub use schema::parse_schema;
+use toml_form::RawSpec;
 
 #[cfg(test)]
 mod tests {

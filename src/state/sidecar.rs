@@ -15,16 +15,14 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use thund_checkpoint::policy::LiveFiles;
 use thund_checkpoint::{BlockingWriter, EpochMeta, FileEntry, NewFile};
 
+use super::Export;
 use crate::error::{Error, Result};
 use crate::time::EventTime;
-
-/// A state file and the watermark from which it holds nothing live.
-pub(crate) struct StateFile {
-    pub file: NewFile,
-    pub expiry: EventTime,
-}
 
 /// What one committed checkpoint cost.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,14 +42,14 @@ pub struct CheckpointStats {
 }
 
 /// One committed (or failed) checkpoint of one view.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct CheckpointOutcome {
     /// The view.
     pub view: String,
     /// The checkpoint epoch.
     pub epoch: u64,
-    /// What it cost, or the error.
-    pub result: std::result::Result<CheckpointStats, String>,
+    /// What it cost, or the store's error.
+    pub result: std::result::Result<CheckpointStats, Arc<thund_checkpoint::Error>>,
 }
 
 enum Job {
@@ -59,8 +57,7 @@ enum Job {
     Write {
         view: String,
         epoch: u64,
-        files: Vec<StateFile>,
-        full: bool,
+        export: Export,
         meta: Box<EpochMeta>,
     },
     Release,
@@ -69,56 +66,35 @@ enum Job {
 struct ViewWriter {
     writer: BlockingWriter,
     /// Files of the last committed epoch, with their expiry.
-    live: Vec<(FileEntry, EventTime)>,
+    live: LiveFiles,
 }
 
 fn write_one(
     v: &mut ViewWriter,
     epoch: u64,
-    files: Vec<StateFile>,
-    full: bool,
+    export: Export,
     meta: EpochMeta,
-) -> std::result::Result<CheckpointStats, String> {
+) -> std::result::Result<CheckpointStats, thund_checkpoint::Error> {
     let started = Instant::now();
-    let w = meta.watermark.unwrap_or(EventTime::MIN);
-    let reused: Vec<(FileEntry, EventTime)> = if full {
-        Vec::new()
-    } else {
-        v.live.iter().filter(|(_, exp)| *exp > w).cloned().collect()
-    };
-    let expiries: Vec<(String, usize, EventTime)> = files
+    let reused = v.live.carried(meta.watermark, export.full);
+    let expiries: Vec<(String, usize, EventTime)> = export
+        .files
         .iter()
         .map(|f| (f.file.operator.clone(), f.file.worker, f.expiry))
         .collect();
-    let new: Vec<NewFile> = files.into_iter().map(|f| f.file).collect();
+    let new: Vec<NewFile> = export.files.into_iter().map(|f| f.file).collect();
     let epoch = epoch.max(v.writer.next_epoch());
-    let m = v
-        .writer
-        .write_epoch(
-            epoch,
-            new,
-            reused.iter().map(|(f, _)| f.clone()).collect(),
-            meta,
-        )
-        .map_err(|e| e.to_string())?;
-    let mut live = reused;
-    for f in m.files.iter().filter(|f| f.epoch == m.epoch) {
-        let exp = expiries
-            .iter()
-            .find(|(op, wk, _)| *op == f.operator && *wk == f.worker)
-            .map_or(EventTime::MAX, |x| x.2);
-        live.push((f.clone(), exp));
-    }
+    let m = v.writer.write_epoch(epoch, new, reused, meta)?;
+    v.live.record_commit(&m, &expiries);
     let own: Vec<&FileEntry> = m.files.iter().filter(|f| f.epoch == m.epoch).collect();
     let stats = CheckpointStats {
-        full,
+        full: export.full,
         files_written: own.len(),
         bytes_written: own.iter().map(|f| f.bytes).sum(),
         files_referenced: m.files.len() - own.len(),
         state_rows: m.files.iter().map(|f| f.rows).sum(),
         write_time: started.elapsed(),
     };
-    v.live = live;
     let _ = v.writer.gc();
     Ok(stats)
 }
@@ -147,20 +123,25 @@ impl Sidecar {
                                 w.view().to_string(),
                                 ViewWriter {
                                     writer: *w,
-                                    live: Vec::new(),
+                                    live: LiveFiles::new(),
                                 },
                             );
                         }
                         Job::Write {
                             view,
                             epoch,
-                            files,
-                            full,
+                            export,
                             meta,
                         } => {
                             let result = match writers.get_mut(&view) {
-                                None => Err(format!("no checkpoint writer for view `{view}`")),
-                                Some(v) => write_one(v, epoch, files, full, *meta),
+                                // register() runs before a view's first write; say so if not
+                                None => Err(Arc::new(thund_checkpoint::Error::InvalidInput {
+                                    view: view.clone(),
+                                    epoch,
+                                    reason: "no checkpoint writer is registered for this view"
+                                        .into(),
+                                })),
+                                Some(v) => write_one(v, epoch, export, *meta).map_err(Arc::new),
                             };
                             if done_tx
                                 .send(CheckpointOutcome {
@@ -184,7 +165,7 @@ impl Sidecar {
                     let _ = v.writer.release();
                 }
             })
-            .map_err(|e| Error::Checkpoint(format!("cannot start the sidecar thread: {e}")))?;
+            .map_err(|e| Error::Sidecar(format!("thread could not start: {e}")))?;
         Ok(Sidecar {
             tx: Some(tx),
             done,
@@ -197,9 +178,9 @@ impl Sidecar {
         let tx = self
             .tx
             .as_ref()
-            .ok_or_else(|| Error::Checkpoint("the sidecar has stopped".into()))?;
+            .ok_or_else(|| Error::Sidecar("has stopped".into()))?;
         tx.send(job)
-            .map_err(|_| Error::Checkpoint("the sidecar thread has stopped".into()))
+            .map_err(|_| Error::Sidecar("thread has stopped".into()))
     }
 
     pub fn register(&mut self, writer: BlockingWriter) -> Result<()> {
@@ -207,19 +188,11 @@ impl Sidecar {
     }
 
     /// Queue an epoch; returns at once unless one is already waiting.
-    pub fn write(
-        &mut self,
-        view: &str,
-        epoch: u64,
-        files: Vec<StateFile>,
-        full: bool,
-        meta: EpochMeta,
-    ) -> Result<()> {
+    pub fn write(&mut self, view: &str, epoch: u64, export: Export, meta: EpochMeta) -> Result<()> {
         self.send(Job::Write {
             view: view.to_string(),
             epoch,
-            files,
-            full,
+            export,
             meta: Box::new(meta),
         })?;
         self.queued += 1;
@@ -258,14 +231,4 @@ impl Drop for Sidecar {
             let _ = t.join();
         }
     }
-}
-
-/// A stable fingerprint (FNV-1a, 64 bits, hex) of a view's defining text.
-pub(crate) fn fingerprint(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.as_bytes() {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("fnv1a64:{h:016x}")
 }

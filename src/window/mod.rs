@@ -1,8 +1,10 @@
-//! Window arithmetic for tumbling and hopping windows, aligned to the Unix
-//! epoch plus an offset.
+//! Windows: tumbling and hopping window arithmetic, aligned to the Unix
+//! epoch plus an offset, and the late rule both paths share (`window/late.rs`).
 //!
 //! Rows are stored by *pane*: slices of width `gcd(size, slide)`, so a window
 //! is a run of whole panes and a hopping window never copies a row.
+
+pub(crate) mod late;
 
 use crate::time::EventTime;
 
@@ -52,6 +54,16 @@ impl TimeWindows {
     /// Window length in ms.
     pub fn size(&self) -> i64 {
         self.size
+    }
+
+    /// Distance between window starts in ms (`size` for tumbling windows).
+    pub fn slide(&self) -> i64 {
+        self.slide
+    }
+
+    /// Offset of window starts from the Unix epoch in ms, in `0..slide`.
+    pub fn offset(&self) -> i64 {
+        self.offset
     }
 
     /// Start of the pane holding `t`.

@@ -14,6 +14,10 @@ use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 
+pub mod rng;
+#[allow(unused_imports)]
+pub use rng::SplitMix;
+
 /// One event of the test streams.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ev {

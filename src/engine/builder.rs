@@ -1,0 +1,145 @@
+//! [`EngineBuilder`]: the engine's settings, with `with_*` setters.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use thund_checkpoint::BlockingCheckpointStore;
+
+use super::Engine;
+use crate::error::{Error, Result};
+use crate::state::sidecar::Sidecar;
+use crate::watermark::{Clock, SystemClock};
+
+/// Builds an [`Engine`].
+///
+/// ```
+/// let engine = thund::Engine::builder().workers(1).build()?;
+/// assert_eq!(engine.epoch(), 0);
+/// # Ok::<(), thund::Error>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct EngineBuilder {
+    clock: Option<Arc<dyn Clock>>,
+    workers: Option<usize>,
+    state_root: Option<String>,
+    retain: Option<usize>,
+    compact_every: Option<usize>,
+}
+
+impl EngineBuilder {
+    /// Processing-time clock for idle timeouts (default: the system clock).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use thund::{Engine, ManualClock};
+    ///
+    /// let clock = Arc::new(ManualClock::new(0));
+    /// let engine = Engine::builder().with_clock(clock.clone()).build()?;
+    /// clock.advance(std::time::Duration::from_secs(60)); // idle timeouts now see a minute pass
+    /// # drop(engine);
+    /// # Ok::<(), thund::Error>(())
+    /// ```
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Number of timely worker threads per incremental view (default 1);
+    /// data is exchanged between them by key, and results do not depend on it.
+    ///
+    /// ```
+    /// let engine = thund::Engine::builder().workers(2).build()?;
+    /// # drop(engine);
+    /// # Ok::<(), thund::Error>(())
+    /// ```
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n.max(1));
+        self
+    }
+
+    /// Checkpoint to, and resume from, a state root: `file:///abs/path` or
+    /// `memory://name` (`s3://` with the `s3` feature of `thund-checkpoint`).
+    /// Each view takes a writer lease there; a second engine on the same
+    /// root and view is refused.
+    ///
+    /// ```
+    /// let engine = thund::Engine::builder()
+    ///     .with_state_root("memory://builder-doc")
+    ///     .build()?;
+    /// # drop(engine);
+    /// # Ok::<(), thund::Error>(())
+    /// ```
+    pub fn with_state_root(mut self, url: &str) -> Self {
+        self.state_root = Some(url.to_string());
+        self
+    }
+
+    /// Write a full checkpoint every `n` epochs (default 10); the epochs in
+    /// between write only what changed and reference older files. `1`
+    /// makes every checkpoint full.
+    ///
+    /// ```
+    /// let engine = thund::Engine::builder()
+    ///     .with_state_root("memory://compaction-doc")
+    ///     .checkpoint_compaction(1) // every epoch full
+    ///     .build()?;
+    /// # drop(engine);
+    /// # Ok::<(), thund::Error>(())
+    /// ```
+    pub fn checkpoint_compaction(mut self, n: usize) -> Self {
+        self.compact_every = Some(n.max(1));
+        self
+    }
+
+    /// Committed epochs kept per view (default 2, at least 1).
+    ///
+    /// ```
+    /// let engine = thund::Engine::builder()
+    ///     .with_state_root("memory://retain-doc")
+    ///     .retain_epochs(3)
+    ///     .build()?;
+    /// # drop(engine);
+    /// # Ok::<(), thund::Error>(())
+    /// ```
+    pub fn retain_epochs(mut self, n: usize) -> Self {
+        self.retain = Some(n.max(1));
+        self
+    }
+
+    /// Build the engine; a state root is opened here (a bad URL is an error now).
+    ///
+    /// ```
+    /// let err = thund::Engine::builder().with_state_root("ftp://nope").build();
+    /// assert!(matches!(err, Err(thund::Error::Checkpoint { .. })));
+    /// ```
+    pub fn build(self) -> Result<Engine> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(Error::Runtime)?;
+        let (store, sidecar) = match &self.state_root {
+            None => (None, None),
+            Some(url) => {
+                let mut store = BlockingCheckpointStore::open(url)
+                    .map_err(|e| Error::checkpoint(format!("state root {url}"), e))?;
+                if let Some(n) = self.retain {
+                    store = store.with_retention(n);
+                }
+                (Some(store), Some(Sidecar::start()?))
+            }
+        };
+        Ok(Engine {
+            store,
+            compact_every: self.compact_every.unwrap_or(10),
+            sidecar,
+            offsets: BTreeMap::new(),
+            pending_offsets: BTreeMap::new(),
+            views: Vec::new(),
+            epoch: 0,
+            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            rt: Arc::new(rt),
+            finished: false,
+            workers: self.workers.unwrap_or(1),
+        })
+    }
+}

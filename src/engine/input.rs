@@ -1,0 +1,124 @@
+//! Input checks: a view's sources resolved against their schemas at
+//! `create_view`, and every pushed batch conformed to its source's schema.
+
+use arrow::array::{Array, RecordBatch};
+use arrow::datatypes::{Schema, SchemaRef};
+
+use super::view::View;
+use crate::error::{Error, Result};
+use crate::paths::SourceInfo;
+use crate::spec::ViewSpec;
+use crate::time::is_event_time_type;
+
+/// The spec's sources with their schemas and event-time columns, checked:
+/// a schema is given, the event-time column exists and has an event-time
+/// type, and a source other views read has the same schema there.
+pub(super) fn resolve_sources(spec: &ViewSpec, views: &[View]) -> Result<Vec<SourceInfo>> {
+    let name = &spec.name;
+    let mut sources = Vec::new();
+    for s in &spec.sources {
+        let schema = s.schema.clone().ok_or_else(|| {
+            Error::spec(
+                name,
+                format!(
+                    "source `{}` has no schema (give one, or let the CLI infer it from the input)",
+                    s.name
+                ),
+            )
+        })?;
+        let idx = schema.index_of(&s.event_time).map_err(|_| {
+            Error::spec(
+                name,
+                format!(
+                    "event-time column `{}` is not in source `{}` (columns: {})",
+                    s.event_time,
+                    s.name,
+                    names(&schema)
+                ),
+            )
+        })?;
+        let dt = schema.field(idx).data_type();
+        if !is_event_time_type(dt) {
+            return Err(Error::spec(
+                name,
+                format!(
+                    "event-time column `{}` of source `{}` has type {dt}; it must be a timestamp, a date or an integer of milliseconds",
+                    s.event_time, s.name
+                ),
+            ));
+        }
+        for v in views {
+            if let Some(o) = v.sources.iter().find(|o| o.name == s.name) {
+                if o.schema.fields() != schema.fields() {
+                    return Err(Error::spec(
+                        name,
+                        format!(
+                            "source `{}` is declared by view `{}` with another schema",
+                            s.name, v.spec.name
+                        ),
+                    ));
+                }
+            }
+        }
+        sources.push(SourceInfo {
+            name: s.name.clone(),
+            schema,
+            event_time: idx,
+        });
+    }
+    Ok(sources)
+}
+
+/// Check a batch against a source schema (names and types) and give it that
+/// schema; non-nullable columns must hold no NULLs.
+pub(crate) fn conform(source: &str, schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
+    let err = |message: String| Error::SchemaMismatch {
+        source_name: source.to_string(),
+        message,
+    };
+    let got = batch.schema();
+    if got.fields().len() != schema.fields().len() {
+        return Err(err(format!(
+            "expected {} columns ({}), got {} ({})",
+            schema.fields().len(),
+            names(schema),
+            got.fields().len(),
+            names(&got)
+        )));
+    }
+    for (i, (want, have)) in schema.fields().iter().zip(got.fields().iter()).enumerate() {
+        if want.name() != have.name() {
+            return Err(err(format!(
+                "column {i}: expected `{}`, got `{}`",
+                want.name(),
+                have.name()
+            )));
+        }
+        if want.data_type() != have.data_type() {
+            return Err(err(format!(
+                "column `{}`: expected type {}, got {}",
+                want.name(),
+                want.data_type(),
+                have.data_type()
+            )));
+        }
+        if !want.is_nullable() && batch.column(i).null_count() > 0 {
+            let row = (0..batch.num_rows())
+                .find(|r| batch.column(i).is_null(*r))
+                .unwrap_or(0);
+            return Err(err(format!(
+                "column `{}` is not nullable but row {row} is NULL",
+                want.name()
+            )));
+        }
+    }
+    RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| err(e.to_string()))
+}
+
+fn names(s: &Schema) -> String {
+    s.fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,219 @@
+//! One view inside the engine: its spec and plan, its sources' watermark,
+//! the rows pushed since the last trigger, its runtime (either path), its
+//! late-row relation and counters; one trigger of it; restoring it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{Array, BooleanArray, Int64Array, RecordBatch, StringArray, UInt64Array};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{DataType, Field, Schema};
+use datafusion::logical_expr::LogicalPlan;
+
+use super::report::{Recovery, ViewCounters, ViewReport};
+use crate::error::{Error, Result};
+use crate::paths::{OnTime, SourceInfo, ViewRuntime};
+use crate::plan::ViewPlan;
+use crate::spec::ViewSpec;
+use crate::state::StateWarning;
+use crate::time::{to_millis, EventTime};
+use crate::watermark::{SourceWatermark, WatermarkSnapshot, WatermarkTracker};
+use crate::window::late::Refusal;
+use crate::window::Window;
+
+/// A row that was not taken in: late or without event time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct LateRow {
+    source: String,
+    event_time: Option<EventTime>,
+    window: Option<Window>,
+    watermark: Option<EventTime>,
+    reason: &'static str,
+    epoch: u64,
+}
+
+pub(super) struct View {
+    pub spec: ViewSpec,
+    pub plan: ViewPlan,
+    /// DataFusion's logical plan of the SQL (for `explain`).
+    pub logical: LogicalPlan,
+    pub sources: Vec<SourceInfo>,
+    pub tracker: WatermarkTracker,
+    pub runtime: Box<dyn ViewRuntime>,
+    /// Per source, the batches pushed since the last trigger.
+    pub pending: Vec<Vec<RecordBatch>>,
+    pub late: Vec<LateRow>,
+    pub counters: ViewCounters,
+    pub fingerprint: String,
+    pub recovery: Option<Recovery>,
+    pub recovery_reported: bool,
+    /// Full or delta for the next checkpoint.
+    pub schedule: thund_checkpoint::policy::CheckpointSchedule,
+    /// What the state root said at start besides a resume (see [`super::Engine::warnings`]).
+    pub warnings: Vec<StateWarning>,
+}
+
+impl View {
+    /// Restore a loaded checkpoint: W and per-source state, counters, operator state.
+    pub fn restore(&mut self, l: &thund_checkpoint::Loaded, now: i64) -> Result<()> {
+        let m = &l.manifest;
+        let snap = WatermarkSnapshot {
+            watermark: m.watermark,
+            sources: m
+                .sources
+                .iter()
+                .map(|s| SourceWatermark {
+                    name: s.name.clone(),
+                    max_event_time: s.max_event_time,
+                    last_active_ms: s.last_active_ms.unwrap_or(now),
+                    idle: s.idle,
+                })
+                .collect(),
+        };
+        self.tracker.restore(&snap);
+        self.counters = ViewCounters {
+            rows: m.counters.other.get("rows").copied().unwrap_or(0),
+            late_rows_dropped: m.counters.late_rows_dropped,
+            invalid_rows: m.counters.other.get("invalid_rows").copied().unwrap_or(0),
+            windows_closed: m.counters.windows_closed,
+        };
+        self.runtime.import(m.watermark, l)?;
+        self.recovery = Some(Recovery {
+            epoch: m.epoch,
+            watermark: m.watermark,
+            fell_back_from: l.fell_back_from.clone(),
+            warnings: l.warnings.clone(),
+            extra: m.extra.clone(),
+        });
+        Ok(())
+    }
+
+    /// One trigger of this view (design §1): classify the pending rows
+    /// against `W_prev`, advance W, step the runtime.
+    pub fn trigger(&mut self, epoch: u64, now: i64, finishing: bool) -> Result<ViewReport> {
+        let started = Instant::now();
+        let w_prev = self.tracker.watermark();
+        let mut on_time = Vec::new();
+        let (mut rows, mut late, mut invalid) = (0u64, 0u64, 0u64);
+        let pending = std::mem::replace(&mut self.pending, vec![Vec::new(); self.sources.len()]);
+        for (si, batches) in pending.into_iter().enumerate() {
+            let src = &self.sources[si];
+            for batch in batches {
+                rows += batch.num_rows() as u64;
+                let times = to_millis(batch.column(src.event_time).as_ref())?;
+                let verdict = self.runtime.classify(si, &batch, &times, w_prev)?;
+                let mut keep = Vec::with_capacity(verdict.len());
+                for (i, v) in verdict.iter().enumerate() {
+                    keep.push(v.is_none());
+                    if let Some(r) = v {
+                        let (window, reason) = match r {
+                            Refusal::Late(w) => {
+                                late += 1;
+                                (*w, "late")
+                            }
+                            Refusal::NullTime => {
+                                invalid += 1;
+                                (None, "null event time")
+                            }
+                        };
+                        self.late.push(LateRow {
+                            source: src.name.clone(),
+                            event_time: times.is_valid(i).then(|| times.value(i)),
+                            window,
+                            watermark: w_prev,
+                            reason,
+                            epoch,
+                        });
+                    }
+                }
+                let max = times.iter().flatten().max();
+                if batch.num_rows() > 0 {
+                    self.tracker.observe(si, max, now);
+                }
+                let mask = BooleanArray::from(keep);
+                let kept = filter_record_batch(&batch, &mask)?;
+                let kept_times = arrow::compute::filter(&times, &mask)?;
+                let kept_times = kept_times
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .cloned()
+                    .ok_or_else(|| {
+                        Error::internal(&self.spec.name, "filtered event times are not Int64")
+                    })?;
+                if kept.num_rows() > 0 {
+                    on_time.push(OnTime {
+                        source: si,
+                        batch: kept,
+                        times: kept_times,
+                    });
+                }
+            }
+        }
+        let w = if finishing {
+            Some(self.tracker.finish())
+        } else {
+            self.tracker.advance(now)
+        };
+        let out = self.runtime.step(on_time, w_prev, w)?;
+        self.counters.rows += rows;
+        self.counters.late_rows_dropped += late;
+        self.counters.invalid_rows += invalid;
+        self.counters.windows_closed += out.windows_closed;
+        Ok(ViewReport {
+            view: self.spec.name.clone(),
+            previous_watermark: w_prev,
+            watermark: w,
+            frontier: self.runtime.stats().frontier,
+            recovery: if self.recovery_reported {
+                None
+            } else {
+                self.recovery_reported = true;
+                self.recovery.clone()
+            },
+            rows,
+            late_rows_dropped: late,
+            invalid_rows: invalid,
+            windows_closed: out.windows_closed,
+            output: out.batches,
+            path: self.plan.path(),
+            reason: self
+                .plan
+                .reason()
+                .map(|r| r.to_string())
+                .unwrap_or_default(),
+            latency: started.elapsed(),
+        })
+    }
+
+    /// The late-row relation as a batch (see [`super::Engine::late_rows`]).
+    pub fn late_rows(&self) -> Result<RecordBatch> {
+        let l = &self.late;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("source", DataType::Utf8, false),
+            Field::new("event_time", DataType::Int64, true),
+            Field::new("window_start", DataType::Int64, true),
+            Field::new("window_end", DataType::Int64, true),
+            Field::new("watermark", DataType::Int64, true),
+            Field::new("reason", DataType::Utf8, false),
+            Field::new("epoch", DataType::UInt64, false),
+        ]));
+        Ok(RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    l.iter().map(|r| r.source.as_str()),
+                )),
+                Arc::new(Int64Array::from_iter(l.iter().map(|r| r.event_time))),
+                Arc::new(Int64Array::from_iter(
+                    l.iter().map(|r| r.window.map(|w| w.start)),
+                )),
+                Arc::new(Int64Array::from_iter(
+                    l.iter().map(|r| r.window.map(|w| w.end)),
+                )),
+                Arc::new(Int64Array::from_iter(l.iter().map(|r| r.watermark))),
+                Arc::new(StringArray::from_iter_values(l.iter().map(|r| r.reason))),
+                Arc::new(UInt64Array::from_iter_values(l.iter().map(|r| r.epoch))),
+            ],
+        )?)
+    }
+}

@@ -1,0 +1,173 @@
+//! Rows into the dataflow: WHERE, keys and aggregate arguments evaluated on
+//! the Arrow batch, keys encoded, and the batch pre-aggregated by
+//! (window, key) so the dataflow gets one update per group, not per row.
+
+use arrow::array::{Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array};
+use arrow::compute::cast;
+use arrow::datatypes::DataType;
+use rustc_hash::FxHashMap;
+use thund_dataflows::{AggKind, AggState, Update, Value};
+
+use super::IncrementalView;
+use crate::error::{Error, Result};
+use crate::paths::OnTime;
+use crate::plan::CompiledAgg;
+use crate::time::EventTime;
+use crate::window::Window;
+
+impl IncrementalView {
+    /// Per-row aggregate inputs as dataflow values.
+    fn values(&self, a: &CompiledAgg, arr: &ArrayRef) -> Result<Vec<Value>> {
+        let n = arr.len();
+        if a.kind == AggKind::Count {
+            return Ok((0..n)
+                .map(|i| {
+                    if arr.is_valid(i) {
+                        Value::Int(1)
+                    } else {
+                        Value::Null
+                    }
+                })
+                .collect());
+        }
+        Ok(match &a.input_type {
+            DataType::Float32 | DataType::Float64 => {
+                let c = cast(arr, &DataType::Float64)?;
+                let f = c.as_any().downcast_ref::<Float64Array>().ok_or_else(|| {
+                    Error::internal(
+                        &self.view,
+                        "a float aggregate argument did not cast to Float64",
+                    )
+                })?;
+                f.iter()
+                    .map(|v| v.map_or(Value::Null, Value::Float))
+                    .collect()
+            }
+            DataType::Decimal128(_, _) => {
+                let d = arr
+                    .as_any()
+                    .downcast_ref::<Decimal128Array>()
+                    .ok_or_else(|| {
+                        Error::internal(
+                            &self.view,
+                            "a Decimal128 aggregate argument is not a Decimal128 array",
+                        )
+                    })?;
+                d.iter()
+                    .map(|v| v.map_or(Value::Null, Value::Int))
+                    .collect()
+            }
+            DataType::UInt64 => {
+                let u = arr
+                    .as_any()
+                    .downcast_ref::<arrow::array::UInt64Array>()
+                    .ok_or_else(|| {
+                        Error::internal(
+                            &self.view,
+                            "a UInt64 aggregate argument is not a UInt64 array",
+                        )
+                    })?;
+                u.iter()
+                    .map(|v| v.map_or(Value::Null, |v| Value::Int(v as i128)))
+                    .collect()
+            }
+            _ => {
+                let c = cast(arr, &DataType::Int64)?;
+                let i = c.as_any().downcast_ref::<Int64Array>().ok_or_else(|| {
+                    Error::internal(
+                        &self.view,
+                        "an integer aggregate argument did not cast to Int64",
+                    )
+                })?;
+                i.iter()
+                    .map(|v| v.map_or(Value::Null, |v| Value::Int(v as i128)))
+                    .collect()
+            }
+        })
+    }
+
+    /// Pre-aggregate this trigger's rows by (window, key) and insert them.
+    pub(super) fn ingest(&mut self, on_time: Vec<OnTime>, w_prev: Option<EventTime>) -> Result<()> {
+        let view = self.view.clone();
+        let kinds: Vec<AggKind> = self.plan.aggs.iter().map(|a| a.kind).collect();
+        let mut updates: Vec<Update> = Vec::new();
+        for o in on_time {
+            let batch = &o.batch;
+            let n = batch.num_rows();
+            let mut pass = vec![true; n];
+            for f in &self.plan.filters {
+                let m = f
+                    .evaluate(batch)
+                    .and_then(|c| c.into_array(n))
+                    .map_err(|e| Error::eval(&view, e))?;
+                let m = m.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| {
+                    Error::internal(&view, "WHERE did not evaluate to a boolean array")
+                })?;
+                for (i, p) in pass.iter_mut().enumerate() {
+                    *p &= m.is_valid(i) && m.value(i);
+                }
+            }
+            let global = self.plan.keys.is_empty();
+            let key_rows = match &self.converter {
+                None => None,
+                Some(conv) => {
+                    let cols = self
+                        .plan
+                        .keys
+                        .iter()
+                        .map(|k| k.evaluate(batch).and_then(|c| c.into_array(n)))
+                        .collect::<datafusion::error::Result<Vec<_>>>()
+                        .map_err(|e| Error::eval(&view, e))?;
+                    Some(conv.convert_columns(&cols)?)
+                }
+            };
+            let mut vals = Vec::with_capacity(self.plan.aggs.len());
+            for a in &self.plan.aggs {
+                let arr = a
+                    .arg
+                    .evaluate(batch)
+                    .and_then(|c| c.into_array(n))
+                    .map_err(|e| Error::eval(&view, e))?;
+                vals.push(self.values(a, &arr)?);
+            }
+            // pre-aggregate the batch by (window, key); keys are borrowed from the
+            // encoded rows, so only a new group allocates
+            let mut slots: FxHashMap<(Window, &[u8]), usize> = FxHashMap::default();
+            for i in 0..n {
+                if !pass[i] && !global {
+                    continue; // a filtered row makes no group; a global aggregate still has its window
+                }
+                let key: &[u8] = key_rows.as_ref().map_or(&[], |r| r.row(i).data());
+                let t = o.times.value(i);
+                for w in self.plan.windows.windows_of(t) {
+                    if w_prev.is_some_and(|wp| w.end <= wp) {
+                        continue;
+                    }
+                    let slot = *slots.entry((w, key)).or_insert_with(|| {
+                        updates.push(Update {
+                            window: w,
+                            key: key.to_vec(),
+                            aggs: vec![AggState::EMPTY; kinds.len()],
+                        });
+                        updates.len() - 1
+                    });
+                    if pass[i] {
+                        let acc = &mut updates[slot].aggs;
+                        for (j, k) in kinds.iter().enumerate() {
+                            let s = AggState::from_value(*k, vals[j][i]);
+                            acc[j]
+                                .combine(*k, &s)
+                                .map_err(|e| Error::dataflow(&view, e))?;
+                        }
+                    }
+                }
+            }
+        }
+        if !updates.is_empty() {
+            self.dataflow
+                .insert(updates)
+                .map_err(|e| Error::dataflow(&view, e))?;
+        }
+        Ok(())
+    }
+}

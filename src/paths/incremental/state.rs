@@ -1,0 +1,218 @@
+//! The incremental path's checkpoint format, both directions: open
+//! `(window, key)` accumulators ([`operator::AGGREGATE`]: window bounds, the
+//! keys decoded to their Arrow types, per aggregate a count, an integer and
+//! a float accumulator) and Complete mode's closed results
+//! ([`operator::COMPLETE_CLOSED`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Decimal128Array, Float64Array, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use thund_dataflows::{AggState, Update, Value, WindowedAggregate};
+
+use super::IncrementalView;
+use crate::error::{Error, Result};
+use crate::paths::closed::ClosedResults;
+use crate::spec::OutputMode;
+use crate::state::{operator, Export, StateFile};
+use crate::time::EventTime;
+use crate::window::Window;
+
+impl IncrementalView {
+    /// Schema of the exported state: `window_start`, `window_end` (ms), the
+    /// group keys decoded to their Arrow types, then per aggregate `j`:
+    /// `agg{j}_count` (non-NULL inputs), `agg{j}_int` (integer or scaled
+    /// decimal accumulator) and `agg{j}_float` (float accumulator).
+    fn state_schema(&self) -> SchemaRef {
+        let n_keys = self.plan.keys.len();
+        let mut fields = vec![
+            Field::new("window_start", DataType::Int64, false),
+            Field::new("window_end", DataType::Int64, false),
+        ];
+        fields.extend((0..n_keys).map(|i| self.plan.agg_schema.field(i).clone()));
+        for j in 0..self.plan.aggs.len() {
+            fields.push(Field::new(format!("agg{j}_count"), DataType::Int64, false));
+            fields.push(Field::new(
+                format!("agg{j}_int"),
+                DataType::Decimal128(38, 0),
+                true,
+            ));
+            fields.push(Field::new(format!("agg{j}_float"), DataType::Float64, true));
+        }
+        Arc::new(Schema::new(fields))
+    }
+
+    fn state_batch(&self, updates: &[Update]) -> Result<RecordBatch> {
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(
+                updates.iter().map(|u| u.window.start),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                updates.iter().map(|u| u.window.end),
+            )),
+        ];
+        if let Some(conv) = &self.converter {
+            let parser = conv.parser();
+            cols.extend(conv.convert_rows(updates.iter().map(|u| parser.parse(&u.key)))?);
+        }
+        for j in 0..self.plan.aggs.len() {
+            cols.push(Arc::new(Int64Array::from_iter_values(
+                updates.iter().map(|u| u.aggs[j].count),
+            )));
+            cols.push(Arc::new(
+                Decimal128Array::from_iter(updates.iter().map(|u| match u.aggs[j].value {
+                    Value::Int(i) => Some(i),
+                    _ => None,
+                }))
+                .with_precision_and_scale(38, 0)?,
+            ));
+            cols.push(Arc::new(Float64Array::from_iter(updates.iter().map(
+                |u| match u.aggs[j].value {
+                    Value::Float(f) => Some(f),
+                    _ => None,
+                },
+            ))));
+        }
+        Ok(RecordBatch::try_new(self.state_schema(), cols)?)
+    }
+
+    /// State as checkpoint files: the open (window, key) states (`aggregate`;
+    /// all of them per worker when `full`, else only those changed since the
+    /// last checkpoint) and Complete mode's closed results (`complete-closed`).
+    pub(super) fn export_state(&mut self, full: bool) -> Result<Export> {
+        let max_end = |us: &[Update]| {
+            us.iter()
+                .map(|u| u.window.end)
+                .max()
+                .unwrap_or(EventTime::MIN)
+        };
+        let mut files = Vec::new();
+        if full {
+            let snap = self
+                .dataflow
+                .snapshot()
+                .map_err(|e| Error::dataflow(&self.view, e))?;
+            for (worker, updates) in snap {
+                if !updates.is_empty() {
+                    files.push(StateFile::new(
+                        operator::AGGREGATE,
+                        worker,
+                        vec![self.state_batch(&updates)?],
+                        max_end(&updates),
+                    ));
+                }
+            }
+        } else {
+            let updates = super::updates_of(&self.unsaved);
+            if !updates.is_empty() {
+                files.push(StateFile::new(
+                    operator::AGGREGATE,
+                    0,
+                    vec![self.state_batch(&updates)?],
+                    max_end(&updates),
+                ));
+            }
+        }
+        self.unsaved.clear();
+        files.extend(self.closed_results.export(full));
+        Ok(Export { files, full })
+    }
+
+    /// Restart the dataflow at `w` holding exported state (any worker
+    /// count); `state` holds (epoch, batch) pairs, and a newer epoch's state
+    /// of a (window, key) replaces an older one.
+    pub(super) fn import_state(
+        &mut self,
+        w: Option<EventTime>,
+        loaded: &thund_checkpoint::Loaded,
+    ) -> Result<()> {
+        let mut state: Vec<(u64, &RecordBatch)> = loaded
+            .operators
+            .get(operator::AGGREGATE)
+            .into_iter()
+            .flatten()
+            .flat_map(|f| f.batches.iter().map(|b| (f.entry.epoch, b)))
+            .collect();
+        let closed: Vec<RecordBatch> = loaded.batches(operator::COMPLETE_CLOSED).cloned().collect();
+        let bad = |m: &str| Error::format(&self.view, format!("{}: {m}", operator::AGGREGATE));
+        let n_keys = self.plan.keys.len();
+        state.sort_by_key(|(e, _)| *e);
+        let mut merged: BTreeMap<(Window, Vec<u8>), Vec<AggState>> = BTreeMap::new();
+        for (_, b) in state {
+            if b.num_columns() != 2 + n_keys + 3 * self.plan.aggs.len() {
+                return Err(bad("unexpected columns"));
+            }
+            let i64col = |i: usize| {
+                b.column(i)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .cloned()
+                    .ok_or_else(|| bad("expected Int64"))
+            };
+            let starts = i64col(0)?;
+            let ends = i64col(1)?;
+            let keys = match &self.converter {
+                Some(conv) => Some(conv.convert_columns(&b.columns()[2..2 + n_keys])?),
+                None => None,
+            };
+            let mut per_agg = Vec::new();
+            for j in 0..self.plan.aggs.len() {
+                let base = 2 + n_keys + 3 * j;
+                let c = i64col(base)?;
+                let int = b
+                    .column(base + 1)
+                    .as_any()
+                    .downcast_ref::<Decimal128Array>()
+                    .cloned()
+                    .ok_or_else(|| bad("expected Decimal128"))?;
+                let fl = b
+                    .column(base + 2)
+                    .as_any()
+                    .downcast_ref::<Float64Array>()
+                    .cloned()
+                    .ok_or_else(|| bad("expected Float64"))?;
+                per_agg.push((c, int, fl));
+            }
+            for i in 0..b.num_rows() {
+                let window = Window::new(starts.value(i), ends.value(i));
+                if w.is_some_and(|w| window.end <= w) {
+                    continue; // closed since that file was written
+                }
+                let aggs = per_agg
+                    .iter()
+                    .map(|(c, int, fl)| AggState {
+                        count: c.value(i),
+                        value: if int.is_valid(i) {
+                            Value::Int(int.value(i))
+                        } else if fl.is_valid(i) {
+                            Value::Float(fl.value(i))
+                        } else {
+                            Value::Null
+                        },
+                    })
+                    .collect();
+                let key = keys
+                    .as_ref()
+                    .map_or_else(Vec::new, |k| k.row(i).data().to_vec());
+                merged.insert((window, key), aggs);
+            }
+        }
+        let updates: Vec<Update> = merged
+            .into_iter()
+            .map(|((window, key), aggs)| Update { window, key, aggs })
+            .collect();
+        if self.mode == OutputMode::Complete {
+            self.open = updates
+                .iter()
+                .map(|u| ((u.window, u.key.clone()), u.aggs.clone()))
+                .collect();
+            self.closed_results = ClosedResults::restored(closed);
+        }
+        self.dataflow =
+            WindowedAggregate::restore(self.config.clone(), w.unwrap_or(EventTime::MIN), updates)
+                .map_err(|e| Error::dataflow(&self.view, e))?;
+        self.unsaved.clear();
+        Ok(())
+    }
+}

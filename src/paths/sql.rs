@@ -1,0 +1,119 @@
+//! The view's SQL planned once over in-memory tables whose contents are
+//! swapped per evaluation: the recompute path evaluates windows with it, and
+//! every path gets its logical plan and output schema from it.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::concat_batches;
+use arrow::datatypes::{Schema, SchemaRef};
+use datafusion::datasource::MemTable;
+use datafusion::execution::context::SQLOptions;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+use super::SourceInfo;
+use crate::error::{Error, Result};
+
+/// The view's SQL planned once over in-memory tables whose contents are swapped per evaluation.
+pub(crate) struct SqlEvaluator {
+    view: String,
+    ctx: SessionContext,
+    plan: LogicalPlan,
+    tables: Vec<Arc<MemTable>>,
+    /// The query's output schema (all fields nullable).
+    pub out_schema: SchemaRef,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl SqlEvaluator {
+    /// Plan `sql` over `sources`; errors name the SQL and DataFusion's reason.
+    pub fn new(
+        view: &str,
+        sql: &str,
+        sources: &[SourceInfo],
+        rt: Arc<tokio::runtime::Runtime>,
+    ) -> Result<Self> {
+        let config = SessionConfig::new()
+            .with_target_partitions(1)
+            .with_information_schema(false);
+        let ctx = SessionContext::new_with_config(config);
+        let mut tables = Vec::new();
+        for s in sources {
+            let t = Arc::new(
+                MemTable::try_new(s.schema.clone(), vec![vec![]])
+                    .map_err(|e| Error::eval(view, e))?,
+            );
+            ctx.register_table(s.name.as_str(), t.clone())
+                .map_err(|e| Error::spec(view, format!("source `{}`: {e}", s.name)))?;
+            tables.push(t);
+        }
+        let sql_err = |e: datafusion::error::DataFusionError| Error::Sql {
+            view: view.to_string(),
+            sql: sql.to_string(),
+            source: Box::new(e),
+        };
+        let options = SQLOptions::new()
+            .with_allow_ddl(false)
+            .with_allow_dml(false)
+            .with_allow_statements(false);
+        let df = rt
+            .block_on(ctx.sql_with_options(sql, options))
+            .map_err(sql_err)?;
+        let plan = df.logical_plan().clone();
+        let out_schema = Arc::new(Schema::new(
+            plan.schema()
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        ));
+        Ok(SqlEvaluator {
+            view: view.to_string(),
+            ctx,
+            plan,
+            tables,
+            out_schema,
+            rt,
+        })
+    }
+
+    /// The view's name.
+    pub fn view(&self) -> &str {
+        &self.view
+    }
+
+    /// The session the plan was made in (to compile physical expressions).
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The DataFusion logical plan (for `explain`).
+    pub fn logical_plan(&self) -> &LogicalPlan {
+        &self.plan
+    }
+
+    /// Run the query with `rows[i]` as the contents of source `i`.
+    pub fn eval(&self, rows: Vec<Vec<RecordBatch>>) -> Result<RecordBatch> {
+        let view = &self.view;
+        let batches = self.rt.block_on(async {
+            for (t, r) in self.tables.iter().zip(rows) {
+                *t.batches[0].write().await = r;
+            }
+            let df = self.ctx.execute_logical_plan(self.plan.clone()).await?;
+            let out = df.collect().await;
+            for t in &self.tables {
+                t.batches[0].write().await.clear();
+            }
+            out
+        });
+        let batches = batches.map_err(|e| Error::eval(view, e))?;
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        if batches.is_empty() {
+            return Ok(RecordBatch::new_empty(self.out_schema.clone()));
+        }
+        let all = concat_batches(&batches[0].schema(), &batches)?;
+        columns.extend(all.columns().iter().cloned());
+        Ok(RecordBatch::try_new(self.out_schema.clone(), columns)?)
+    }
+}

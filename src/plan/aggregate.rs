@@ -1,0 +1,343 @@
+//! The windowed aggregate plan: what it says ([`AggregatePlan`], printable
+//! and serialisable) and what rendering runs ([`CompiledAggregate`]: DataFusion
+//! physical expressions, aggregate kinds, types). Both are made in one pass
+//! by [`compile`], so nothing downstream re-derives the shape.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Column, DFSchema};
+use datafusion::logical_expr::{Aggregate, Expr, ExprSchemable};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::prelude::SessionContext;
+use serde::{Deserialize, Serialize};
+use thund_dataflows::AggKind;
+
+use super::shape::Shape;
+use super::FallbackReason;
+use crate::window::TimeWindows;
+
+/// An aggregate function the incremental path maintains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AggFunc {
+    /// `COUNT(x)` (non-NULL inputs) or `COUNT(*)`.
+    Count,
+    /// `SUM(x)`: exact over integers and decimals.
+    Sum,
+    /// `MIN(x)`.
+    Min,
+    /// `MAX(x)`.
+    Max,
+    /// `AVG(x)`, kept as (sum, count).
+    Avg,
+}
+
+/// One aggregate of an [`AggregatePlan`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AggregateSpec {
+    /// The function.
+    pub func: AggFunc,
+    /// The argument, as DataFusion prints it.
+    pub arg: String,
+    /// The argument's type.
+    pub input_type: String,
+    /// The result's type.
+    pub output_type: String,
+}
+
+/// A grouped (or global) aggregate over one source and tumbling or hopping
+/// windows: WHERE and key/argument expressions are evaluated on Arrow
+/// batches before rows enter the dataflow; HAVING and the top projection
+/// after results leave it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AggregatePlan {
+    /// The source read.
+    pub source: String,
+    /// The windows, in milliseconds: `(size, slide, offset)`.
+    pub windows: (i64, i64, i64),
+    /// The WHERE predicate, if any.
+    pub filter: Option<String>,
+    /// Group keys (expression and type); empty for a global aggregate.
+    pub keys: Vec<(String, String)>,
+    /// The aggregates, in the order of the Aggregate node.
+    pub aggregates: Vec<AggregateSpec>,
+    /// The HAVING predicate, if any.
+    pub having: Option<String>,
+    /// The output columns, as expressions over keys and aggregates.
+    pub output: Vec<String>,
+}
+
+impl std::fmt::Display for AggregatePlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (size, slide, offset) = self.windows;
+        writeln!(f, "Incremental aggregate over `{}`", self.source)?;
+        writeln!(
+            f,
+            "  windows: size {size} ms, slide {slide} ms, offset {offset} ms"
+        )?;
+        if let Some(w) = &self.filter {
+            writeln!(f, "  pre:  WHERE {w}")?;
+        }
+        if self.keys.is_empty() {
+            writeln!(f, "  keys: (none: one group per window)")?;
+        }
+        for (k, t) in &self.keys {
+            writeln!(f, "  key:  {k} : {t}")?;
+        }
+        for a in &self.aggregates {
+            writeln!(
+                f,
+                "  agg:  {:?}({}) : {} -> {}",
+                a.func, a.arg, a.input_type, a.output_type
+            )?;
+        }
+        if let Some(h) = &self.having {
+            writeln!(f, "  post: HAVING {h}")?;
+        }
+        write!(f, "  post: SELECT {}", self.output.join(", "))
+    }
+}
+
+/// One compiled aggregate: its function, the dataflow state kind, the
+/// argument as a physical expression, and its types.
+pub(crate) struct CompiledAgg {
+    pub func: AggFunc,
+    pub kind: AggKind,
+    pub arg: Arc<dyn PhysicalExpr>,
+    pub input_type: DataType,
+    pub output_type: DataType,
+}
+
+/// Everything the incremental path runs, decided at `create_view`.
+pub(crate) struct CompiledAggregate {
+    /// The windows rows are assigned to.
+    pub windows: TimeWindows,
+    /// The Arrow type of `window_start`/`window_end` (the event-time column's).
+    pub bound: DataType,
+    /// WHERE predicates, on source batches.
+    pub filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// Group keys, on source batches.
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// The aggregates, in the Aggregate node's order.
+    pub aggs: Vec<CompiledAgg>,
+    /// The Aggregate node's output: keys, then aggregates (all nullable).
+    pub agg_schema: SchemaRef,
+    /// HAVING, over `agg_schema`.
+    pub having: Option<Arc<dyn PhysicalExpr>>,
+    /// The select list, over `agg_schema` (`None`: the aggregate's output as is).
+    pub projection: Option<Vec<Arc<dyn PhysicalExpr>>>,
+    /// The query's output schema.
+    pub query_schema: SchemaRef,
+}
+
+/// The function, checked: one argument, no DISTINCT/FILTER/ORDER BY, a supported type.
+fn agg_func(e: &Expr, input: &DFSchema) -> Result<(AggFunc, Expr, DataType), FallbackReason> {
+    let inner = match e {
+        Expr::Alias(a) => a.expr.as_ref(),
+        other => other,
+    };
+    let Expr::AggregateFunction(af) = inner else {
+        return Err(FallbackReason::NotAnAggregate {
+            expr: e.to_string(),
+        });
+    };
+    let name = af.func.name().to_ascii_uppercase();
+    let p = &af.params;
+    if p.distinct {
+        return Err(FallbackReason::DistinctAggregate { func: name });
+    }
+    if p.filter.is_some() || !p.order_by.is_empty() {
+        return Err(FallbackReason::FilteredOrOrderedAggregate {
+            expr: e.to_string(),
+        });
+    }
+    let func = match name.as_str() {
+        "COUNT" => AggFunc::Count,
+        "SUM" => AggFunc::Sum,
+        "MIN" => AggFunc::Min,
+        "MAX" => AggFunc::Max,
+        "AVG" | "MEAN" => AggFunc::Avg,
+        _ => return Err(FallbackReason::UnsupportedAggregate { func: name }),
+    };
+    let [arg] = p.args.as_slice() else {
+        return Err(FallbackReason::NotAnAggregate {
+            expr: e.to_string(),
+        });
+    };
+    let dt = arg
+        .get_type(input)
+        .map_err(|err| FallbackReason::CannotCompile {
+            detail: format!("the type of `{arg}`: {err}"),
+        })?;
+    let ok = match func {
+        AggFunc::Count => true,
+        _ => {
+            dt.is_integer()
+                || matches!(
+                    dt,
+                    DataType::Float32 | DataType::Float64 | DataType::Decimal128(_, _)
+                )
+        }
+    };
+    if !ok {
+        return Err(FallbackReason::UnsupportedArgumentType {
+            func: name,
+            data_type: dt.to_string(),
+        });
+    }
+    Ok((func, arg.clone(), dt))
+}
+
+/// The dataflow state that maintains `func` over `dt`.
+fn kind_of(func: AggFunc, dt: &DataType) -> AggKind {
+    let float = matches!(dt, DataType::Float32 | DataType::Float64);
+    match (func, float) {
+        (AggFunc::Count, _) => AggKind::Count,
+        (AggFunc::Sum | AggFunc::Avg, false) => AggKind::SumInt,
+        (AggFunc::Sum | AggFunc::Avg, true) => AggKind::SumFloat,
+        (AggFunc::Min, false) => AggKind::MinInt,
+        (AggFunc::Min, true) => AggKind::MinFloat,
+        (AggFunc::Max, false) => AggKind::MaxInt,
+        (AggFunc::Max, true) => AggKind::MaxFloat,
+    }
+}
+
+/// Replace every sub-expression that the Aggregate node computes (a group
+/// key or an aggregate) by a column of the Aggregate's output.
+fn over_aggregate(e: &Expr, agg: &Aggregate) -> datafusion::error::Result<Expr> {
+    let outs: Vec<(Expr, Column)> = agg
+        .group_expr
+        .iter()
+        .chain(agg.aggr_expr.iter())
+        .enumerate()
+        .map(|(i, x)| {
+            let (q, f) = agg.schema.qualified_field(i);
+            (x.clone().unalias(), Column::new(q.cloned(), f.name()))
+        })
+        .collect();
+    e.clone()
+        .transform_down(|x| {
+            Ok(match outs.iter().find(|(o, _)| *o == x) {
+                Some((_, c)) => Transformed::yes(Expr::Column(c.clone())),
+                None => Transformed::no(x),
+            })
+        })
+        .map(|t| t.data)
+}
+
+/// Compile an accepted shape: the printable plan and what rendering runs, or
+/// the reason it cannot run incrementally.
+pub(super) fn compile(
+    source: &str,
+    s: &Shape<'_>,
+    windows: TimeWindows,
+    bound: DataType,
+    query_schema: SchemaRef,
+    ctx: &SessionContext,
+) -> Result<(AggregatePlan, CompiledAggregate), FallbackReason> {
+    let input: &DFSchema = s.aggregate.input.schema();
+    let phys = |e: &Expr, schema: &DFSchema| {
+        ctx.create_physical_expr(e.clone(), schema)
+            .map_err(|err| FallbackReason::CannotCompile {
+                detail: format!("`{e}`: {err}"),
+            })
+    };
+    let mut keys = Vec::new();
+    let mut key_desc = Vec::new();
+    for (i, g) in s.aggregate.group_expr.iter().enumerate() {
+        if matches!(g, Expr::GroupingSet(_)) {
+            return Err(FallbackReason::GroupingSets);
+        }
+        let dt = s.aggregate.schema.field(i).data_type();
+        if arrow::row::RowConverter::new(vec![arrow::row::SortField::new(dt.clone())]).is_err() {
+            return Err(FallbackReason::KeyNotEncodable {
+                key: g.to_string(),
+                data_type: dt.to_string(),
+            });
+        }
+        keys.push(phys(g, input)?);
+        key_desc.push((g.to_string(), dt.to_string()));
+    }
+    let n_keys = keys.len();
+    let agg_schema: SchemaRef = Arc::new(Schema::new(
+        s.aggregate
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<Field>>(),
+    ));
+    let mut aggs = Vec::new();
+    let mut agg_desc = Vec::new();
+    for (i, e) in s.aggregate.aggr_expr.iter().enumerate() {
+        let (func, arg, input_type) = agg_func(e, input)?;
+        let output_type = agg_schema.field(n_keys + i).data_type().clone();
+        agg_desc.push(AggregateSpec {
+            func,
+            arg: arg.to_string(),
+            input_type: input_type.to_string(),
+            output_type: output_type.to_string(),
+        });
+        aggs.push(CompiledAgg {
+            func,
+            kind: kind_of(func, &input_type),
+            arg: phys(&arg, input)?,
+            input_type,
+            output_type,
+        });
+    }
+    let filters = s
+        .filters
+        .iter()
+        .map(|f| phys(f, input))
+        .collect::<Result<Vec<_>, _>>()?;
+    let agg_df = s.aggregate.schema.as_ref();
+    let post = |e: &Expr| {
+        let rewritten =
+            over_aggregate(e, s.aggregate).map_err(|err| FallbackReason::CannotCompile {
+                detail: format!("`{e}` over the aggregate's output: {err}"),
+            })?;
+        phys(&rewritten, agg_df)
+    };
+    let having = s.having.map(post).transpose()?;
+    let projection = s
+        .projection
+        .map(|p| p.iter().map(post).collect::<Result<Vec<_>, _>>())
+        .transpose()?;
+    let plan = AggregatePlan {
+        source: source.to_string(),
+        windows: (windows.size(), windows.slide(), windows.offset()),
+        filter: (!s.filters.is_empty()).then(|| {
+            s.filters
+                .iter()
+                .map(|f| f.to_string())
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        }),
+        keys: key_desc,
+        aggregates: agg_desc,
+        having: s.having.map(|h| h.to_string()),
+        output: match s.projection {
+            Some(p) => p.iter().map(|e| e.to_string()).collect(),
+            None => agg_schema
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect(),
+        },
+    };
+    let compiled = CompiledAggregate {
+        windows,
+        bound,
+        filters,
+        keys,
+        aggs,
+        agg_schema,
+        having,
+        projection,
+        query_schema,
+    };
+    Ok((plan, compiled))
+}

@@ -1,0 +1,147 @@
+//! The TOML form of a view spec (`[[source]]`, `[watermark]`, `[window]`).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{
+    parse_schema, ExecMode, OutputMode, SourceSpec, ViewSpec, WatermarkSpec, WindowKind, WindowSpec,
+};
+use crate::error::{Error, Result};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSpec {
+    name: String,
+    sql: String,
+    #[serde(default)]
+    output: OutputMode,
+    #[serde(default)]
+    mode: ExecMode,
+    #[serde(rename = "source", default)]
+    sources: Vec<RawSource>,
+    #[serde(default)]
+    watermark: Option<RawWatermark>,
+    #[serde(default)]
+    window: Option<RawWindow>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    name: String,
+    event_time: String,
+    schema: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWatermark {
+    allowed_lateness: Option<String>,
+    idle_timeout: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    kind: String,
+    size: Option<String>,
+    slide: Option<String>,
+    gap: Option<String>,
+    offset: Option<String>,
+    #[serde(default)]
+    key: Vec<String>,
+}
+
+fn duration(view: &str, field: &str, text: &str) -> Result<Duration> {
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        Error::spec(
+            view,
+            format!("{field} = {text:?} is not a duration ({e}); write e.g. \"10s\", \"500ms\""),
+        )
+    })
+}
+
+fn required(view: &str, field: &str, v: &Option<String>) -> Result<Duration> {
+    match v {
+        Some(t) => duration(view, field, t),
+        None => Err(Error::spec(view, format!("{field} is required"))),
+    }
+}
+
+impl RawSpec {
+    pub(super) fn into_spec(self) -> Result<ViewSpec> {
+        let v = self.name.clone();
+        let watermark = match &self.watermark {
+            None => WatermarkSpec::default(),
+            Some(w) => WatermarkSpec {
+                allowed_lateness: match &w.allowed_lateness {
+                    Some(t) => duration(&v, "watermark.allowed_lateness", t)?,
+                    None => Duration::ZERO,
+                },
+                idle_timeout: match &w.idle_timeout {
+                    Some(t) => duration(&v, "watermark.idle_timeout", t)?,
+                    None => Duration::ZERO,
+                },
+            },
+        };
+        let window = match &self.window {
+            None => None,
+            Some(w) => {
+                let kind = match w.kind.to_ascii_lowercase().as_str() {
+                    "tumbling" => WindowKind::Tumbling {
+                        size: required(&v, "window.size", &w.size)?,
+                    },
+                    "hopping" | "sliding" => WindowKind::Hopping {
+                        size: required(&v, "window.size", &w.size)?,
+                        slide: required(&v, "window.slide", &w.slide)?,
+                    },
+                    "session" => WindowKind::Session {
+                        gap: required(&v, "window.gap", &w.gap)?,
+                        key: w.key.clone(),
+                    },
+                    other => {
+                        return Err(Error::spec(
+                            &v,
+                            format!(
+                                "window.kind = {other:?}: expected \"tumbling\", \"hopping\" or \"session\""
+                            ),
+                        ))
+                    }
+                };
+                let offset = match &w.offset {
+                    Some(t) => duration(&v, "window.offset", t)?,
+                    None => Duration::ZERO,
+                };
+                Some(WindowSpec { kind, offset })
+            }
+        };
+        let spec = ViewSpec {
+            name: self.name,
+            sql: self.sql,
+            sources: self
+                .sources
+                .into_iter()
+                .map(|s| {
+                    let schema = match &s.schema {
+                        Some(text) => Some(parse_schema(text).map_err(|m| {
+                            Error::spec(&v, format!("source `{}` schema: {m}", s.name))
+                        })?),
+                        None => None,
+                    };
+                    Ok(SourceSpec {
+                        name: s.name,
+                        event_time: s.event_time,
+                        schema,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+            watermark,
+            window,
+            output: self.output,
+            mode: self.mode,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+}

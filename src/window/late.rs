@@ -1,0 +1,46 @@
+//! The late rule for tumbling and hopping windows (design §1), shared by
+//! both paths: a row is late iff every window it belongs to had closed at
+//! the watermark in force when its trigger started (`W_prev`).
+
+use arrow::array::Int64Array;
+
+use super::{TimeWindows, Window};
+use crate::time::EventTime;
+
+/// Why a row is not taken in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Every window of the row had closed; the latest of them.
+    Late(Option<Window>),
+    /// The event time is NULL.
+    NullTime,
+}
+
+/// The latest window of `t` if it had closed at `w_prev` (then the row is late).
+pub(crate) fn time_window_late(
+    w: &TimeWindows,
+    t: EventTime,
+    w_prev: Option<EventTime>,
+) -> Option<Window> {
+    let last = w.last_window(t);
+    match w_prev {
+        Some(wp) if last.end <= wp => Some(last),
+        _ => None,
+    }
+}
+
+/// The late rule row by row: NULL event times and rows whose last window
+/// closed at `w_prev` are refused.
+pub(crate) fn classify_time(
+    windows: &TimeWindows,
+    times: &Int64Array,
+    w_prev: Option<EventTime>,
+) -> Vec<Option<Refusal>> {
+    times
+        .iter()
+        .map(|t| match t {
+            None => Some(Refusal::NullTime),
+            Some(t) => time_window_late(windows, t, w_prev).map(|w| Refusal::Late(Some(w))),
+        })
+        .collect()
+}
