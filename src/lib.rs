@@ -55,7 +55,10 @@ pub mod time;
 pub mod watermark;
 pub mod window;
 
-pub use engine::{Engine, EngineBuilder, Recovery, TriggerReport, ViewCounters, ViewReport};
+pub use engine::{
+    Engine, EngineBuilder, InvalidRow, Recovery, TriggerReport, ViewCounters, ViewReport,
+    DEFAULT_REJECTED_RETENTION,
+};
 pub use error::{Error, Result};
 pub use plan::{FallbackReason, PathKind, ViewPlan};
 pub use spec::{ExecMode, OutputMode, SourceSpec, ViewSpec, WatermarkSpec, WindowKind, WindowSpec};

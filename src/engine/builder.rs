@@ -24,6 +24,8 @@ pub struct EngineBuilder {
     state_root: Option<String>,
     retain: Option<usize>,
     compact_every: Option<usize>,
+    rejected_retention: Option<usize>,
+    takeover: bool,
 }
 
 impl EngineBuilder {
@@ -106,6 +108,42 @@ impl EngineBuilder {
         self
     }
 
+    /// Entries each view's rejected-row relation keeps (default
+    /// [`DEFAULT_REJECTED_RETENTION`](crate::DEFAULT_REJECTED_RETENTION),
+    /// 100 000); past it the oldest are dropped and counted in
+    /// [`ViewCounters::rejected_rows_evicted`](crate::ViewCounters::rejected_rows_evicted).
+    /// [`Engine::drain_late_rows`](crate::Engine::drain_late_rows) empties it.
+    ///
+    /// ```
+    /// let engine = thund::Engine::builder().rejected_row_retention(1_000).build()?;
+    /// # drop(engine);
+    /// # Ok::<(), thund::Error>(())
+    /// ```
+    pub fn rejected_row_retention(mut self, n: usize) -> Self {
+        self.rejected_retention = Some(n);
+        self
+    }
+
+    /// Take each view's writer lease even if another process holds it (an
+    /// operator's override, for a lease left by a process that died on
+    /// another host, or a garbage lease file). Without it, only a lease of a
+    /// dead process on this host is taken over. **Risk:** if the other
+    /// writer is in fact alive, both write epochs and the state root is
+    /// corrupted; make sure it is gone first.
+    ///
+    /// ```
+    /// let engine = thund::Engine::builder()
+    ///     .with_state_root("memory://takeover-doc")
+    ///     .force_takeover(true)
+    ///     .build()?;
+    /// # drop(engine);
+    /// # Ok::<(), thund::Error>(())
+    /// ```
+    pub fn force_takeover(mut self, force: bool) -> Self {
+        self.takeover = force;
+        self
+    }
+
     /// Build the engine; a state root is opened here (a bad URL is an error now).
     ///
     /// ```
@@ -140,6 +178,14 @@ impl EngineBuilder {
             rt: Arc::new(rt),
             finished: false,
             workers: self.workers.unwrap_or(1),
+            takeover: if self.takeover {
+                thund_checkpoint::Takeover::Force
+            } else {
+                thund_checkpoint::Takeover::IfStale
+            },
+            rejected_retention: self
+                .rejected_retention
+                .unwrap_or(super::rejected::DEFAULT_REJECTED_RETENTION),
         })
     }
 }

@@ -8,6 +8,7 @@
 mod builder;
 mod explain;
 mod input;
+mod rejected;
 mod report;
 mod view;
 
@@ -21,6 +22,7 @@ use thund_checkpoint::{BlockingCheckpointStore, Counters, EpochMeta, SourceState
 
 pub use builder::EngineBuilder;
 pub(crate) use input::conform;
+pub use rejected::{InvalidRow, DEFAULT_REJECTED_RETENTION};
 pub use report::{Recovery, TriggerReport, ViewCounters, ViewReport};
 
 use crate::error::{Error, Result};
@@ -79,6 +81,8 @@ pub struct Engine {
     rt: Arc<tokio::runtime::Runtime>,
     finished: bool,
     workers: usize,
+    takeover: Takeover,
+    rejected_retention: usize,
 }
 
 impl Engine {
@@ -173,7 +177,8 @@ impl Engine {
             sources,
             tracker,
             runtime,
-            late: Vec::new(),
+            rejected: rejected::RejectedRows::new(self.rejected_retention),
+            pending_invalid: Vec::new(),
             counters: ViewCounters::default(),
             fingerprint,
             recovery: None,
@@ -198,7 +203,7 @@ impl Engine {
         view.runtime.enable_checkpoints();
         // fence first: a second writer must not even read a state it could corrupt
         let writer = store
-            .acquire_with(&name, Takeover::IfStale)
+            .acquire_with(&name, self.takeover)
             .map_err(|e| Error::checkpoint(ctx(), e))?;
         let restored = store
             .load_expecting(&name, &view.fingerprint)
@@ -509,25 +514,8 @@ impl Engine {
         if self.finished {
             return Err(Error::Finished);
         }
-        let mut targets = Vec::new();
-        for (vi, v) in self.views.iter().enumerate() {
-            if let Some(si) = v.sources.iter().position(|s| s.name == source) {
-                targets.push((vi, si));
-            }
-        }
-        let Some(&(v0, s0)) = targets.first() else {
-            let mut known: Vec<&str> = self
-                .views
-                .iter()
-                .flat_map(|v| v.sources.iter().map(|s| s.name.as_str()))
-                .collect();
-            known.sort_unstable();
-            known.dedup();
-            return Err(Error::UnknownSource {
-                source_name: source.to_string(),
-                known: known.join(", "),
-            });
-        };
+        let targets = self.targets(source)?;
+        let (v0, s0) = targets[0];
         let batch = conform(source, &self.views[v0].sources[s0].schema, batch)?;
         for (vi, si) in targets {
             self.views[vi].pending[si].push(batch.clone());
@@ -828,10 +816,14 @@ impl Engine {
         Ok(self.view(view)?.runtime.stats().frontier)
     }
 
-    /// The view's late-row relation: every row dropped as late or refused
-    /// for a NULL event time — `source`, `event_time` (ms), `window_start`,
-    /// `window_end` (the last window the row belonged to), `watermark` (W
-    /// at the drop), `reason` (`late` or `null event time`), `epoch`.
+    /// The view's rejected-row relation: every row not taken in — dropped
+    /// as late, refused for a NULL event time, or refused by an input reader
+    /// ([`Self::push_invalid`]) — with `source`, `event_time` (ms),
+    /// `window_start`, `window_end` (the last window a late row belonged
+    /// to), `watermark` (W at the drop), `reason` (`late`, `null event time`
+    /// or the reader's words), `epoch`, and for reader refusals `location`
+    /// (`file:line`), `column` and `value`. It keeps the newest
+    /// [`EngineBuilder::rejected_row_retention`] entries (100 000 by default).
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
@@ -844,12 +836,9 @@ impl Engine {
     /// # ]));
     /// # let bids = |a: Vec<i64>, t: Vec<Option<i64>>| RecordBatch::try_new(schema.clone(), vec![
     /// #     Arc::new(Int64Array::from(a)), Arc::new(TimestampMillisecondArray::from(t))]).unwrap();
-    /// # let counts = || ViewSpec::builder("counts", "SELECT auction, COUNT(*) AS n FROM bids GROUP BY auction")
-    /// #     .source("bids", "ts", schema.clone())
-    /// #     .window(WindowSpec::tumbling(Duration::from_secs(10)))
-    /// #     .build().unwrap();
     /// # let mut engine = Engine::builder().build()?;
-    /// # engine.create_view(counts())?;
+    /// # engine.create_view(ViewSpec::builder("counts", "SELECT auction, COUNT(*) AS n FROM bids GROUP BY auction")
+    /// #     .source("bids", "ts", schema.clone()).window(WindowSpec::tumbling(Duration::from_secs(10))).build()?)?;
     /// engine.push("bids", bids(vec![1], vec![Some(25_000)]))?;
     /// engine.trigger()?; // W = 25s: [0s, 10s) and [10s, 20s) are closed
     /// engine.push("bids", bids(vec![2], vec![Some(3_000)]))?;
@@ -860,7 +849,76 @@ impl Engine {
     /// # Ok::<(), thund::Error>(())
     /// ```
     pub fn late_rows(&self, view: &str) -> Result<RecordBatch> {
-        self.view(view)?.late_rows()
+        self.view(view)?.rejected.batch()
+    }
+
+    /// The rejected-row relation (as [`Self::late_rows`]), emptied: the
+    /// caller takes what it wants to keep.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+    /// # use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    /// # use thund::{Engine, ViewSpec, WindowSpec};
+    /// # let schema = Arc::new(Schema::new(vec![
+    /// #     Field::new("auction", DataType::Int64, false),
+    /// #     Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    /// # ]));
+    /// # let mut engine = Engine::builder().build()?;
+    /// # engine.create_view(ViewSpec::builder("counts", "SELECT auction, COUNT(*) AS n FROM bids GROUP BY auction")
+    /// #     .source("bids", "ts", schema.clone()).window(WindowSpec::tumbling(Duration::from_secs(10))).build()?)?;
+    /// engine.push("bids", RecordBatch::try_new(schema.clone(), vec![
+    ///     Arc::new(Int64Array::from(vec![1])),
+    ///     Arc::new(TimestampMillisecondArray::from(vec![None]))])?)?;
+    /// engine.trigger()?;
+    /// assert_eq!(engine.drain_late_rows("counts")?.num_rows(), 1);
+    /// assert_eq!(engine.late_rows("counts")?.num_rows(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn drain_late_rows(&mut self, view: &str) -> Result<RecordBatch> {
+        self.view_mut(view)?.rejected.drain()
+    }
+
+    /// Rows of `source` that an input reader refused (for instance a CSV
+    /// cell that does not parse as its column's type): at the next trigger
+    /// they count as `invalid_rows` of every view reading `source` and are
+    /// kept in its rejected-row relation with their location, column, value
+    /// and reason. Nothing else changes: the rows never enter a view.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    /// # use thund::{Engine, InvalidRow, ViewSpec, WindowSpec};
+    /// # let schema = Arc::new(Schema::new(vec![
+    /// #     Field::new("auction", DataType::Int64, false),
+    /// #     Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    /// # ]));
+    /// # let mut engine = Engine::builder().build()?;
+    /// # engine.create_view(ViewSpec::builder("counts", "SELECT auction, COUNT(*) AS n FROM bids GROUP BY auction")
+    /// #     .source("bids", "ts", schema.clone()).window(WindowSpec::tumbling(Duration::from_secs(10))).build()?)?;
+    /// engine.push_invalid("bids", vec![InvalidRow {
+    ///     location: Some("bids.csv:50001".into()),
+    ///     column: Some("auction".into()),
+    ///     value: Some("n/a".into()),
+    ///     reason: "not an Int64".into(),
+    ///     event_time: None,
+    /// }])?;
+    /// let report = engine.trigger()?;
+    /// assert_eq!(report.view("counts").unwrap().invalid_rows, 1);
+    /// assert_eq!(engine.late_rows("counts")?.num_rows(), 1);
+    /// # Ok::<(), thund::Error>(())
+    /// ```
+    pub fn push_invalid(&mut self, source: &str, rows: Vec<InvalidRow>) -> Result<()> {
+        if self.finished {
+            return Err(Error::Finished);
+        }
+        let targets = self.targets(source)?;
+        for (vi, si) in targets {
+            self.views[vi]
+                .pending_invalid
+                .extend(rows.iter().cloned().map(|r| (si, r)));
+        }
+        Ok(())
     }
 
     /// The plan of a view and the path it takes, as text.
@@ -942,6 +1000,42 @@ impl Engine {
     /// ```
     pub fn views(&self) -> Vec<&str> {
         self.views.iter().map(|v| v.spec.name.as_str()).collect()
+    }
+
+    /// (view, source index) of every view reading `source`; at least one.
+    fn targets(&self, source: &str) -> Result<Vec<(usize, usize)>> {
+        let targets: Vec<(usize, usize)> = self
+            .views
+            .iter()
+            .enumerate()
+            .filter_map(|(vi, v)| {
+                v.sources
+                    .iter()
+                    .position(|s| s.name == source)
+                    .map(|si| (vi, si))
+            })
+            .collect();
+        if targets.is_empty() {
+            let mut known: Vec<&str> = self
+                .views
+                .iter()
+                .flat_map(|v| v.sources.iter().map(|s| s.name.as_str()))
+                .collect();
+            known.sort_unstable();
+            known.dedup();
+            return Err(Error::UnknownSource {
+                source_name: source.to_string(),
+                known: known.join(", "),
+            });
+        }
+        Ok(targets)
+    }
+
+    fn view_mut(&mut self, name: &str) -> Result<&mut View> {
+        self.views
+            .iter_mut()
+            .find(|v| v.spec.name == name)
+            .ok_or_else(|| Error::UnknownView(name.to_string()))
     }
 
     fn view(&self, name: &str) -> Result<&View> {

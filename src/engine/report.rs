@@ -16,10 +16,13 @@ pub struct ViewCounters {
     pub rows: u64,
     /// Rows dropped as late.
     pub late_rows_dropped: u64,
-    /// Rows refused for a NULL event time.
+    /// Rows refused as invalid: a NULL event time, or refused by an input reader.
     pub invalid_rows: u64,
     /// Windows closed.
     pub windows_closed: u64,
+    /// Entries dropped from the rejected-row relation for its retention
+    /// (see [`crate::EngineBuilder::rejected_row_retention`]).
+    pub rejected_rows_evicted: u64,
 }
 
 /// What one trigger did for one view.
@@ -38,7 +41,8 @@ pub struct ViewReport {
     pub rows: u64,
     /// Rows dropped as late by this trigger.
     pub late_rows_dropped: u64,
-    /// Rows refused for a NULL event time by this trigger.
+    /// Rows refused as invalid by this trigger: a NULL event time, or a row
+    /// an input reader refused ([`crate::Engine::push_invalid`]).
     pub invalid_rows: u64,
     /// Windows closed by this trigger.
     pub windows_closed: u64,

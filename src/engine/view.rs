@@ -2,35 +2,22 @@
 //! the rows pushed since the last trigger, its runtime (either path), its
 //! late-row relation and counters; one trigger of it; restoring it.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{Array, BooleanArray, Int64Array, RecordBatch, StringArray, UInt64Array};
+use arrow::array::{Array, BooleanArray, Int64Array, RecordBatch};
 use arrow::compute::filter_record_batch;
-use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::logical_expr::LogicalPlan;
 
+use super::rejected::{InvalidRow, Rejected, RejectedRows};
 use super::report::{Recovery, ViewCounters, ViewReport};
 use crate::error::{Error, Result};
 use crate::paths::{OnTime, SourceInfo, ViewRuntime};
 use crate::plan::ViewPlan;
 use crate::spec::ViewSpec;
 use crate::state::StateWarning;
-use crate::time::{to_millis, EventTime};
+use crate::time::to_millis;
 use crate::watermark::{SourceWatermark, WatermarkSnapshot, WatermarkTracker};
 use crate::window::late::Refusal;
-use crate::window::Window;
-
-/// A row that was not taken in: late or without event time.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct LateRow {
-    source: String,
-    event_time: Option<EventTime>,
-    window: Option<Window>,
-    watermark: Option<EventTime>,
-    reason: &'static str,
-    epoch: u64,
-}
 
 pub(super) struct View {
     pub spec: ViewSpec,
@@ -42,7 +29,10 @@ pub(super) struct View {
     pub runtime: Box<dyn ViewRuntime>,
     /// Per source, the batches pushed since the last trigger.
     pub pending: Vec<Vec<RecordBatch>>,
-    pub late: Vec<LateRow>,
+    /// Rows not taken in: late, without event time, refused by a reader.
+    pub rejected: RejectedRows,
+    /// Rows input readers refused since the last trigger (per source index).
+    pub pending_invalid: Vec<(usize, InvalidRow)>,
     pub counters: ViewCounters,
     pub fingerprint: String,
     pub recovery: Option<Recovery>,
@@ -76,6 +66,7 @@ impl View {
             late_rows_dropped: m.counters.late_rows_dropped,
             invalid_rows: m.counters.other.get("invalid_rows").copied().unwrap_or(0),
             windows_closed: m.counters.windows_closed,
+            rejected_rows_evicted: 0,
         };
         self.runtime.import(m.watermark, l)?;
         self.recovery = Some(Recovery {
@@ -95,6 +86,21 @@ impl View {
         let w_prev = self.tracker.watermark();
         let mut on_time = Vec::new();
         let (mut rows, mut late, mut invalid) = (0u64, 0u64, 0u64);
+        for (si, bad) in std::mem::take(&mut self.pending_invalid) {
+            rows += 1;
+            invalid += 1;
+            self.rejected.push(Rejected {
+                source: self.sources[si].name.clone(),
+                event_time: bad.event_time,
+                window: None,
+                watermark: w_prev,
+                reason: bad.reason,
+                epoch,
+                location: bad.location,
+                column: bad.column,
+                value: bad.value,
+            });
+        }
         let pending = std::mem::replace(&mut self.pending, vec![Vec::new(); self.sources.len()]);
         for (si, batches) in pending.into_iter().enumerate() {
             let src = &self.sources[si];
@@ -116,13 +122,16 @@ impl View {
                                 (None, "null event time")
                             }
                         };
-                        self.late.push(LateRow {
+                        self.rejected.push(Rejected {
                             source: src.name.clone(),
                             event_time: times.is_valid(i).then(|| times.value(i)),
                             window,
                             watermark: w_prev,
-                            reason,
+                            reason: reason.to_string(),
                             epoch,
+                            location: None,
+                            column: None,
+                            value: None,
                         });
                     }
                 }
@@ -159,6 +168,7 @@ impl View {
         self.counters.late_rows_dropped += late;
         self.counters.invalid_rows += invalid;
         self.counters.windows_closed += out.windows_closed;
+        self.counters.rejected_rows_evicted = self.rejected.evicted();
         Ok(ViewReport {
             view: self.spec.name.clone(),
             previous_watermark: w_prev,
@@ -183,37 +193,5 @@ impl View {
                 .unwrap_or_default(),
             latency: started.elapsed(),
         })
-    }
-
-    /// The late-row relation as a batch (see [`super::Engine::late_rows`]).
-    pub fn late_rows(&self) -> Result<RecordBatch> {
-        let l = &self.late;
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("source", DataType::Utf8, false),
-            Field::new("event_time", DataType::Int64, true),
-            Field::new("window_start", DataType::Int64, true),
-            Field::new("window_end", DataType::Int64, true),
-            Field::new("watermark", DataType::Int64, true),
-            Field::new("reason", DataType::Utf8, false),
-            Field::new("epoch", DataType::UInt64, false),
-        ]));
-        Ok(RecordBatch::try_new(
-            schema,
-            vec![
-                Arc::new(StringArray::from_iter_values(
-                    l.iter().map(|r| r.source.as_str()),
-                )),
-                Arc::new(Int64Array::from_iter(l.iter().map(|r| r.event_time))),
-                Arc::new(Int64Array::from_iter(
-                    l.iter().map(|r| r.window.map(|w| w.start)),
-                )),
-                Arc::new(Int64Array::from_iter(
-                    l.iter().map(|r| r.window.map(|w| w.end)),
-                )),
-                Arc::new(Int64Array::from_iter(l.iter().map(|r| r.watermark))),
-                Arc::new(StringArray::from_iter_values(l.iter().map(|r| r.reason))),
-                Arc::new(UInt64Array::from_iter_values(l.iter().map(|r| r.epoch))),
-            ],
-        )?)
     }
 }
