@@ -146,3 +146,60 @@ proptest! {
         prop_assert_eq!(answer(mode, &kept), expected);
     }
 }
+
+/// A finished Complete-mode view, checkpointed at its end with a delta
+/// epoch, resumes whole: the final epoch still references every closed
+/// window's results (their files never expire, even at W = +∞).
+#[test]
+fn a_finished_complete_view_resumes_with_every_closed_window() {
+    for shape in [0, 2] {
+        let root = format!("memory://finished-{}", CASE.fetch_add(1, Ordering::SeqCst));
+        let evs: Vec<Ev> = (0..60)
+            .map(|i| Ev {
+                t: 100_000 + i * 400,
+                k: i % 3,
+                g: "a".into(),
+                v: Some(i),
+                f: 1.0,
+            })
+            .collect();
+        let mut a = Engine::builder()
+            .with_state_root(&root)
+            .checkpoint_compaction(4)
+            .build()
+            .expect("engine");
+        a.create_view(spec(shape, OutputMode::Complete))
+            .expect("view");
+        for (i, c) in evs.chunks(6).enumerate() {
+            a.push_at("t", batch(c), i as u64 + 1).expect("push");
+            a.trigger().expect("trigger");
+            a.checkpoint(serde_json::Value::Null).expect("checkpoint");
+        }
+        let last = a.finish().expect("finish").views[0].output.clone();
+        a.checkpoint(serde_json::Value::Null).expect("checkpoint");
+        let done = a.sync_checkpoints().expect("committed");
+        assert!(
+            !done
+                .last()
+                .expect("outcome")
+                .result
+                .as_ref()
+                .expect("ok")
+                .full,
+            "the final epoch is a delta"
+        );
+        drop(a);
+        let mut b = Engine::builder()
+            .with_state_root(&root)
+            .build()
+            .expect("engine");
+        b.create_view(spec(shape, OutputMode::Complete))
+            .expect("resume");
+        let again = b.finish().expect("finish").views[0].output.clone();
+        assert_eq!(
+            answer(OutputMode::Complete, &[again]),
+            answer(OutputMode::Complete, &[last]),
+            "shape {shape}"
+        );
+    }
+}

@@ -182,7 +182,8 @@ impl LiveFiles {
     /// argument of [`Writer::write_epoch`](crate::Writer::write_epoch)):
     /// none for a `full` epoch; for a delta, every live file whose expiry is
     /// above `watermark` (the new epoch's W; `None` is −∞, so only files with
-    /// expiry `i64::MIN` are dropped).
+    /// expiry `i64::MIN` are dropped), and every file whose expiry is
+    /// `i64::MAX` ("never"), even at the end of stream when W is `i64::MAX`.
     pub fn carried(&self, watermark: Option<i64>, full: bool) -> Vec<FileEntry> {
         if full {
             return Vec::new();
@@ -190,7 +191,7 @@ impl LiveFiles {
         let w = watermark.unwrap_or(i64::MIN);
         self.files
             .iter()
-            .filter(|f| f.expiry > w)
+            .filter(|f| f.expiry == i64::MAX || f.expiry > w)
             .map(|f| f.entry.clone())
             .collect()
     }
@@ -318,7 +319,8 @@ mod tests {
         assert_eq!(live.carried(None, false), vec![a.clone(), c.clone()]);
         assert_eq!(live.carried(Some(999), false), vec![a, c.clone()]);
         assert_eq!(live.carried(Some(1_000), false), vec![c.clone()]);
-        assert_eq!(live.carried(Some(i64::MAX), false), vec![]);
+        // at the end of stream (W = +∞) a file that never expires is still carried
+        assert_eq!(live.carried(Some(i64::MAX), false), vec![c.clone()]);
         assert!(live.carried(None, true).is_empty());
     }
 
