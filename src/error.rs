@@ -127,6 +127,18 @@ pub enum Error {
         /// The store's error.
         source: std::sync::Arc<thund_checkpoint::Error>,
     },
+    /// The state root holds a checkpoint of a different view under this
+    /// name: the SQL, a schema, the window, the watermark, the output mode
+    /// or the plan changed.
+    #[error("view `{view}` does not match its checkpoint (epoch {epoch}): changed {}; resume with the view as it was checkpointed, or use a new state root", changed.join("; "))]
+    ViewChanged {
+        /// The view's name.
+        view: String,
+        /// The checkpoint epoch compared with.
+        epoch: u64,
+        /// What changed, in words, with the stored and the new value.
+        changed: Vec<String>,
+    },
     /// Stored state that does not decode as this view's state.
     #[error("checkpoint of view `{view}`: stored state does not fit the view: {message}")]
     CheckpointFormat {

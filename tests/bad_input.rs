@@ -212,3 +212,30 @@ fn after_finish_input_is_refused() {
     assert!(matches!(e.push("t", good(0)), Err(Error::Finished)));
     assert!(matches!(e.trigger(), Err(Error::Finished)));
 }
+
+#[test]
+fn a_date_event_time_with_a_sub_day_window_is_refused_at_create_view() {
+    let s = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("day", DataType::Date32, true),
+    ]));
+    let view = |w: WindowSpec| {
+        ViewSpec::builder("v", "SELECT k, COUNT(*) AS c FROM t GROUP BY k")
+            .source("t", "day", s.clone())
+            .window(w)
+            .build()
+            .expect("spec")
+    };
+    let mut e = Engine::builder().build().expect("engine");
+    let err = e
+        .create_view(view(WindowSpec::hopping(
+            Duration::from_secs(2 * 86_400),
+            Duration::from_secs(3_600),
+        )))
+        .expect_err("a 1 h slide over dates");
+    assert!(matches!(err, Error::Spec { .. }), "{err}");
+    insta::assert_snapshot!("date_sub_day_window", err.to_string());
+    // whole days are fine
+    e.create_view(view(WindowSpec::tumbling(Duration::from_secs(86_400))))
+        .expect("a one-day window over dates");
+}

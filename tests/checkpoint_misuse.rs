@@ -152,11 +152,23 @@ fn another_views_state_root_and_a_second_engine_are_refused() {
     let err = e
         .create_view(spec("SELECT k, MAX(v) AS m FROM t GROUP BY k"))
         .expect_err("fingerprint differs");
-    assert!(
-        matches!(&err, Error::Checkpoint { source, .. }
-            if matches!(**source, thund_checkpoint::Error::FingerprintMismatch { .. })),
-        "{err}"
-    );
+    // it says what changed: the SQL and, with it, the plan — nothing else
+    match &err {
+        Error::ViewChanged {
+            view,
+            epoch,
+            changed,
+        } => {
+            assert_eq!((view.as_str(), *epoch), ("v", 2));
+            let parts: Vec<&str> = changed
+                .iter()
+                .map(|c| c.split(" (").next().unwrap_or(""))
+                .collect();
+            assert_eq!(parts, ["the plan", "the sql"], "{err}");
+        }
+        other => panic!("expected ViewChanged, got {other}"),
+    }
+    insta::assert_snapshot!("view_changed", err.to_string());
 
     let mut first = Engine::builder()
         .with_state_root(&root)
@@ -252,4 +264,27 @@ fn a_crashed_first_checkpoint_is_a_cold_start_that_says_so() {
         [thund::StateWarning::IgnoredUncommitted { epochs: vec![1] }],
         "{w:?}"
     );
+}
+
+#[test]
+fn a_garbage_latest_pointer_is_reported_not_passed_over_in_silence() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = format!("file://{}", dir.path().display());
+    run(&root, 3);
+    let pointer = dir.path().join("v").join("_thund_latest.json");
+    assert!(pointer.exists(), "{pointer:?}");
+    std::fs::write(&pointer, b"{ garbage").expect("garbage");
+    let mut e = reopen(&root).expect("resumes from the listing");
+    assert_eq!(e.recovery("v").expect("view").map(|r| r.epoch), Some(3));
+    let is_pointer =
+        |w: &thund::StateWarning| matches!(w, thund::StateWarning::UnreadablePointer { .. });
+    assert!(e.warnings("v").expect("view").iter().any(is_pointer));
+    // and the first trigger report says so, once
+    let first = e.trigger().expect("trigger");
+    assert!(
+        first.views[0].warnings.iter().any(is_pointer),
+        "{:?}",
+        first.views[0].warnings
+    );
+    assert!(e.trigger().expect("trigger").views[0].warnings.is_empty());
 }

@@ -460,6 +460,7 @@ mod tests {
                 format_version: FORMAT_VERSION,
                 view: "v".into(),
                 fingerprint: "fp".into(),
+                fingerprint_parts: Default::default(),
                 epoch,
                 status: EpochStatus::Committed,
                 committed_at_ms: 0,

@@ -53,6 +53,11 @@ pub struct Manifest {
     /// watermark, plan), computed by the caller; resuming with a different
     /// one is an error.
     pub fingerprint: String,
+    /// The parts the fingerprint was computed from, by name (for example
+    /// `sql`, `window`): a mismatch can then say what changed. Empty in
+    /// manifests written before it existed.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub fingerprint_parts: std::collections::BTreeMap<String, String>,
     /// The epoch this manifest commits.
     pub epoch: u64,
     /// Always [`EpochStatus::Committed`]: a manifest only exists once its
@@ -141,6 +146,8 @@ pub struct FileEntry {
 pub struct EpochMeta {
     /// See [`Manifest::fingerprint`].
     pub fingerprint: String,
+    /// See [`Manifest::fingerprint_parts`].
+    pub fingerprint_parts: std::collections::BTreeMap<String, String>,
     /// See [`Manifest::watermark`].
     pub watermark: Option<i64>,
     /// See [`Manifest::sources`].
@@ -274,6 +281,7 @@ mod tests {
             format_version: FORMAT_VERSION,
             view: "v".into(),
             fingerprint: "fp".into(),
+            fingerprint_parts: Default::default(),
             epoch: 8,
             status: EpochStatus::Committed,
             committed_at_ms: 1,

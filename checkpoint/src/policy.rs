@@ -37,7 +37,8 @@
 //! // ending at or before 60 000 ms:
 //! # let manifest = |epoch, files| thund_checkpoint::Manifest {
 //! #     format_version: thund_checkpoint::FORMAT_VERSION, view: "v".into(),
-//! #     fingerprint: "fp".into(), epoch, status: thund_checkpoint::EpochStatus::Committed,
+//! #     fingerprint: "fp".into(), fingerprint_parts: Default::default(),
+//! #     epoch, status: thund_checkpoint::EpochStatus::Committed,
 //! #     committed_at_ms: 0, watermark: None, sources: vec![],
 //! #     counters: Default::default(), emitted_frontier: None, files,
 //! #     extra: serde_json::Value::Null,
@@ -242,6 +243,7 @@ mod tests {
             format_version: FORMAT_VERSION,
             view: "v".into(),
             fingerprint: "fp".into(),
+            fingerprint_parts: Default::default(),
             epoch,
             status: EpochStatus::Committed,
             committed_at_ms: 0,

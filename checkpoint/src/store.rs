@@ -860,6 +860,7 @@ impl Writer {
             format_version: FORMAT_VERSION,
             view: view.clone(),
             fingerprint: meta.fingerprint,
+            fingerprint_parts: meta.fingerprint_parts,
             epoch,
             status: EpochStatus::Committed,
             committed_at_ms: now_ms(),

@@ -52,6 +52,7 @@ conformance!(
 fn meta(fp: &str, epoch: u64) -> EpochMeta {
     EpochMeta {
         fingerprint: fp.to_string(),
+        fingerprint_parts: Default::default(),
         watermark: Some(1_000 * epoch as i64),
         sources: vec![
             SourceState {

@@ -100,6 +100,7 @@ fn build(kinds: &[Option<Kind>], latest: PointerState) -> Listing {
                     format_version: FORMAT_VERSION,
                     view: "v".into(),
                     fingerprint: "fp".into(),
+                    fingerprint_parts: Default::default(),
                     epoch,
                     status: EpochStatus::Committed,
                     committed_at_ms: 0,

@@ -70,6 +70,7 @@ fn manifest(epoch: u64, files: Vec<FileEntry>) -> Manifest {
         format_version: FORMAT_VERSION,
         view: "v".into(),
         fingerprint: "fp".into(),
+        fingerprint_parts: Default::default(),
         epoch,
         status: EpochStatus::Committed,
         committed_at_ms: 0,

@@ -1,13 +1,15 @@
 //! Input checks: a view's sources resolved against their schemas at
 //! `create_view`, and every pushed batch conformed to its source's schema.
 
+use std::time::Duration;
+
 use arrow::array::{Array, RecordBatch};
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
 
 use super::view::View;
 use crate::error::{Error, Result};
 use crate::paths::SourceInfo;
-use crate::spec::ViewSpec;
+use crate::spec::{ViewSpec, WindowKind, WindowSpec};
 use crate::time::is_event_time_type;
 
 /// The spec's sources with their schemas and event-time columns, checked:
@@ -66,11 +68,47 @@ pub(super) fn resolve_sources(spec: &ViewSpec, views: &[View]) -> Result<Vec<Sou
             event_time: idx,
         });
     }
+    if let (Some(w), Some(first)) = (&spec.window, sources.first()) {
+        check_date_window(spec, w, first)?;
+    }
     Ok(sources)
 }
 
+/// Window bounds of a date event-time column are dates: a window size,
+/// slide, offset or session gap that is not a whole number of days would
+/// give distinct windows with the same printed bounds.
+fn check_date_window(spec: &ViewSpec, w: &WindowSpec, src: &SourceInfo) -> Result<()> {
+    const DAY: Duration = Duration::from_secs(86_400);
+    let dt = src.schema.field(src.event_time).data_type();
+    if !matches!(dt, DataType::Date32 | DataType::Date64) {
+        return Ok(());
+    }
+    let durations: Vec<(&str, Duration)> = match &w.kind {
+        WindowKind::Tumbling { size } => vec![("window.size", *size)],
+        WindowKind::Hopping { size, slide } => {
+            vec![("window.size", *size), ("window.slide", *slide)]
+        }
+        WindowKind::Session { gap, .. } => vec![("window.gap", *gap)],
+    };
+    for (field, d) in durations.into_iter().chain([("window.offset", w.offset)]) {
+        if d.as_millis() % DAY.as_millis() != 0 {
+            return Err(Error::spec(
+                &spec.name,
+                format!(
+                    "{field} = {} is not a whole number of days, but the event-time column `{}` of source `{}` is a {dt}: use whole days, or a timestamp column",
+                    humantime::format_duration(d),
+                    src.schema.field(src.event_time).name(),
+                    src.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Check a batch against a source schema (names and types) and give it that
-/// schema; non-nullable columns must hold no NULLs.
+/// schema; non-nullable columns must hold no NULLs. Floats come out canonical
+/// (`-0.0` as `0.0`, every NaN as the one positive NaN).
 pub(crate) fn conform(source: &str, schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
     let err = |message: String| Error::SchemaMismatch {
         source_name: source.to_string(),
@@ -112,7 +150,13 @@ pub(crate) fn conform(source: &str, schema: &SchemaRef, batch: RecordBatch) -> R
             )));
         }
     }
-    RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| err(e.to_string()))
+    // one rule for floats on both paths: -0.0 is 0.0, every NaN the one NaN
+    let columns = batch
+        .columns()
+        .iter()
+        .map(crate::paths::sql::checked::canonical_array)
+        .collect();
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| err(e.to_string()))
 }
 
 fn names(s: &Schema) -> String {

@@ -168,7 +168,7 @@ impl Engine {
             spec.watermark.idle_timeout,
             self.clock.now_ms(),
         );
-        let fingerprint = view_fingerprint(&spec, &sources, &plan);
+        let (fingerprint, fingerprint_parts) = view_fingerprint(&spec, &sources, &plan);
         let mut view = View {
             pending: vec![Vec::new(); sources.len()],
             spec,
@@ -181,6 +181,7 @@ impl Engine {
             pending_invalid: Vec::new(),
             counters: ViewCounters::default(),
             fingerprint,
+            fingerprint_parts,
             recovery: None,
             recovery_reported: false,
             schedule: thund_checkpoint::policy::CheckpointSchedule::new(self.compact_every),
@@ -207,7 +208,17 @@ impl Engine {
             .map_err(|e| Error::checkpoint(ctx(), e))?;
         let restored = store
             .load_expecting(&name, &view.fingerprint)
-            .map_err(|e| Error::checkpoint(ctx(), e))
+            .map_err(|e| match e {
+                thund_checkpoint::Error::FingerprintMismatch { epoch, .. } => {
+                    let stored = stored_parts(store, &name, epoch);
+                    Error::ViewChanged {
+                        view: name.clone(),
+                        epoch,
+                        changed: changed_parts(&stored, &view.fingerprint_parts),
+                    }
+                }
+                e => Error::checkpoint(ctx(), e),
+            })
             .and_then(|loaded| match loaded {
                 Some(l) => view.restore(&l, self.clock.now_ms()).map(|()| Some(l)),
                 None => Ok(None),
@@ -219,6 +230,13 @@ impl Engine {
                 return Err(e);
             }
         };
+        // a garbage latest pointer is passed over, but never in silence
+        if let Ok(listing) = store.list(&name) {
+            if let thund_checkpoint::PointerState::Unreadable(reason) = listing.latest {
+                view.warnings
+                    .push(StateWarning::UnreadablePointer { reason });
+            }
+        }
         match loaded {
             Some(l) => {
                 for s in &l.manifest.sources {
@@ -426,6 +444,7 @@ impl Engine {
                 .insert("invalid_rows".into(), v.counters.invalid_rows);
             let meta = EpochMeta {
                 fingerprint: v.fingerprint.clone(),
+                fingerprint_parts: v.fingerprint_parts.clone(),
                 watermark: snap.watermark,
                 sources: snap
                     .sources
@@ -1046,33 +1065,113 @@ impl Engine {
     }
 }
 
-/// What a checkpoint of this view must match to be restored: name, SQL,
-/// sources and schemas, window, watermark, output mode and plan — not the
-/// worker count (state is re-partitioned on load).
+/// What a checkpoint of this view must match to be restored, by part:
+/// name, SQL, sources and schemas, window, watermark, output mode and plan —
+/// not the worker count (state is re-partitioned on load). The fingerprint
+/// is a hash of all parts; the parts are stored beside it so a mismatch can
+/// say what changed.
 fn view_fingerprint(
     spec: &ViewSpec,
     sources: &[crate::paths::SourceInfo],
     plan: &ViewPlan,
-) -> String {
-    fingerprint(&format!(
-        "v1|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}",
-        spec.name,
-        spec.sql,
-        sources
-            .iter()
-            .map(|s| (
-                s.name.as_str(),
-                s.event_time,
-                s.schema
-                    .fields()
-                    .iter()
-                    .map(|f| format!("{}:{}:{}", f.name(), f.data_type(), f.is_nullable()))
-                    .collect::<Vec<_>>()
-            ))
-            .collect::<Vec<_>>(),
-        spec.window,
-        spec.watermark,
-        spec.output,
-        plan,
-    ))
+) -> (String, BTreeMap<String, String>) {
+    let sources = sources
+        .iter()
+        .map(|s| {
+            let cols: Vec<String> = s
+                .schema
+                .fields()
+                .iter()
+                .map(|f| {
+                    format!(
+                        "{} {}{}",
+                        f.name(),
+                        f.data_type(),
+                        if f.is_nullable() { "" } else { " NOT NULL" }
+                    )
+                })
+                .collect();
+            format!(
+                "{} (event time `{}`): {}",
+                s.name,
+                s.schema.field(s.event_time).name(),
+                cols.join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let parts: BTreeMap<String, String> = [
+        ("name", spec.name.clone()),
+        ("sql", spec.sql.clone()),
+        ("sources", sources),
+        ("window", format!("{:?}", spec.window)),
+        ("watermark", format!("{:?}", spec.watermark)),
+        ("output mode", format!("{:?}", spec.output)),
+        ("plan", plan.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let text = parts
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("|");
+    (fingerprint(&format!("v2|{text}")), parts)
+}
+
+/// The fingerprint parts stored in `epoch`'s manifest (empty if unreadable).
+fn stored_parts(
+    store: &BlockingCheckpointStore,
+    view: &str,
+    epoch: u64,
+) -> BTreeMap<String, String> {
+    store
+        .list(view)
+        .ok()
+        .and_then(|l| {
+            l.epochs.get(&epoch).and_then(|e| match &e.manifest {
+                thund_checkpoint::ManifestState::Valid(m) => Some(m.fingerprint_parts.clone()),
+                _ => None,
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// The parts of a view that differ from a checkpoint's, in words.
+fn changed_parts(stored: &BTreeMap<String, String>, now: &BTreeMap<String, String>) -> Vec<String> {
+    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    // each side from a little before the first character where they differ
+    let around = |was: &str, now: &str| -> (String, String) {
+        let (was, now) = (flat(was), flat(now));
+        let first = was
+            .chars()
+            .zip(now.chars())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let from = first.saturating_sub(40);
+        let cut = |s: &str| {
+            let tail: String = s.chars().skip(from).take(100).collect();
+            let more = s.chars().count() > from + 100;
+            format!(
+                "{}{tail}{}",
+                if from > 0 { "…" } else { "" },
+                if more { "…" } else { "" }
+            )
+        };
+        (cut(&was), cut(&now))
+    };
+    if stored.is_empty() {
+        return vec!["the view (this checkpoint predates per-part fingerprints)".to_string()];
+    }
+    now.iter()
+        .filter(|(k, v)| stored.get(*k) != Some(*v))
+        .map(|(k, v)| match stored.get(k) {
+            Some(was) => {
+                let (was, now) = around(was, v);
+                format!("the {k} (was: {was}; now: {now})")
+            }
+            None => format!("the {k} (now: {})", around("", v).1),
+        })
+        .collect()
 }

@@ -50,6 +50,9 @@ pub struct ViewReport {
     pub output: Vec<RecordBatch>,
     /// Set on the first trigger after a resume: what was restored.
     pub recovery: Option<Recovery>,
+    /// Set on the first trigger: what opening the state root noticed besides
+    /// a resume (see [`crate::Engine::warnings`]).
+    pub warnings: Vec<crate::StateWarning>,
     /// Which path ran.
     pub path: PathKind,
     /// Why that path.

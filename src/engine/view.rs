@@ -35,6 +35,8 @@ pub(super) struct View {
     pub pending_invalid: Vec<(usize, InvalidRow)>,
     pub counters: ViewCounters,
     pub fingerprint: String,
+    /// What the fingerprint hashes, by part (stored in each epoch).
+    pub fingerprint_parts: std::collections::BTreeMap<String, String>,
     pub recovery: Option<Recovery>,
     pub recovery_reported: bool,
     /// Full or delta for the next checkpoint.
@@ -112,16 +114,17 @@ impl View {
                 for (i, v) in verdict.iter().enumerate() {
                     keep.push(v.is_none());
                     if let Some(r) = v {
-                        let (window, reason) = match r {
+                        let window = match r {
                             Refusal::Late(w) => {
                                 late += 1;
-                                (*w, "late")
+                                *w
                             }
-                            Refusal::NullTime => {
+                            Refusal::NullTime | Refusal::Unrepresentable => {
                                 invalid += 1;
-                                (None, "null event time")
+                                None
                             }
                         };
+                        let reason = r.reason();
                         self.rejected.push(Rejected {
                             source: src.name.clone(),
                             event_time: times.is_valid(i).then(|| times.value(i)),
@@ -174,6 +177,11 @@ impl View {
             previous_watermark: w_prev,
             watermark: w,
             frontier: self.runtime.stats().frontier,
+            warnings: if self.recovery_reported {
+                Vec::new()
+            } else {
+                self.warnings.clone()
+            },
             recovery: if self.recovery_reported {
                 None
             } else {

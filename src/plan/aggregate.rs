@@ -103,6 +103,8 @@ impl std::fmt::Display for AggregatePlan {
 /// One compiled aggregate: its function, the dataflow state kind, the
 /// argument as a physical expression, and its types.
 pub(crate) struct CompiledAgg {
+    /// The aggregate as errors name it: `SUM(t.v)`.
+    pub name: String,
     pub func: AggFunc,
     pub kind: AggKind,
     pub arg: Arc<dyn PhysicalExpr>,
@@ -188,6 +190,11 @@ fn agg_func(e: &Expr, input: &DFSchema) -> Result<(AggFunc, Expr, DataType), Fal
         });
     }
     Ok((func, arg.clone(), dt))
+}
+
+/// How errors name an aggregate: the SQL function in upper case and its argument.
+pub(crate) fn aggregate_name(a: &AggregateSpec) -> String {
+    format!("{}({})", format!("{:?}", a.func).to_uppercase(), a.arg)
 }
 
 /// The dataflow state that maintains `func` over `dt`.
@@ -281,6 +288,7 @@ pub(super) fn compile(
             output_type: output_type.to_string(),
         });
         aggs.push(CompiledAgg {
+            name: aggregate_name(&agg_desc[agg_desc.len() - 1]),
             func,
             kind: kind_of(func, &input_type),
             arg: phys(&arg, input)?,

@@ -39,6 +39,12 @@ pub enum StateWarning {
         /// The epochs passed over.
         epochs: Vec<u64>,
     },
+    /// `_thund_latest.json` cannot be read; the newest committed epoch was
+    /// found by listing the epochs instead.
+    UnreadablePointer {
+        /// Why it cannot be read.
+        reason: String,
+    },
 }
 
 impl std::fmt::Display for StateWarning {
@@ -47,6 +53,10 @@ impl std::fmt::Display for StateWarning {
             StateWarning::IgnoredUncommitted { epochs } => write!(
                 f,
                 "cold start: ignored epochs {epochs:?}, written by a first checkpoint that crashed before its commit"
+            ),
+            StateWarning::UnreadablePointer { reason } => write!(
+                f,
+                "the latest-epoch pointer _thund_latest.json cannot be read ({reason}); the newest committed epoch was found by listing the epochs, and the next checkpoint rewrites the pointer"
             ),
         }
     }

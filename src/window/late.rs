@@ -14,6 +14,20 @@ pub(crate) enum Refusal {
     Late(Option<Window>),
     /// The event time is NULL.
     NullTime,
+    /// A window of the row (or its session span) would end past `i64::MAX`
+    /// or start before `i64::MIN` milliseconds.
+    Unrepresentable,
+}
+
+impl Refusal {
+    /// The reason the rejected-row relation shows.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Late(_) => "late",
+            Refusal::NullTime => "null event time",
+            Refusal::Unrepresentable => "its windows do not fit in i64 milliseconds",
+        }
+    }
 }
 
 /// The latest window of `t` if it had closed at `w_prev` (then the row is late).
@@ -29,8 +43,8 @@ pub(crate) fn time_window_late(
     }
 }
 
-/// The late rule row by row: NULL event times and rows whose last window
-/// closed at `w_prev` are refused.
+/// The late rule row by row: NULL event times, times whose windows cannot
+/// be represented, and rows whose last window closed at `w_prev` are refused.
 pub(crate) fn classify_time(
     windows: &TimeWindows,
     times: &Int64Array,
@@ -40,6 +54,7 @@ pub(crate) fn classify_time(
         .iter()
         .map(|t| match t {
             None => Some(Refusal::NullTime),
+            Some(t) if !windows.holds(t) => Some(Refusal::Unrepresentable),
             Some(t) => time_window_late(windows, t, w_prev).map(|w| Refusal::Late(Some(w))),
         })
         .collect()

@@ -20,6 +20,21 @@ pub struct TimeWindows {
     pane: i64,
 }
 
+/// The largest `offset + k * unit` at or before `t`, exactly (in `i128`).
+fn align(t: EventTime, unit: i64, offset: i64) -> i128 {
+    let unit = i128::from(unit);
+    (i128::from(t) - i128::from(offset)).div_euclid(unit) * unit + i128::from(offset)
+}
+
+/// `x` in `i64`, saturated (exact for every time that [`TimeWindows::holds`]).
+fn clamp(x: i128) -> EventTime {
+    i64::try_from(x).unwrap_or(if x < 0 {
+        EventTime::MIN
+    } else {
+        EventTime::MAX
+    })
+}
+
 fn gcd(a: i64, b: i64) -> i64 {
     if b == 0 {
         a
@@ -29,26 +44,60 @@ fn gcd(a: i64, b: i64) -> i64 {
 }
 
 impl TimeWindows {
-    /// Windows of `size` every `slide` ms, shifted by `offset` ms (all validated positive).
-    pub fn new(size: i64, slide: i64, offset: i64) -> Self {
-        TimeWindows {
+    /// Windows of `size` every `slide` ms, shifted by `offset` ms; `None`
+    /// unless `0 < slide <= size`.
+    ///
+    /// ```
+    /// use thund::window::TimeWindows;
+    /// let hop = TimeWindows::new(10_000, 2_000, 0).expect("valid");
+    /// assert_eq!(hop.windows_of(9_500).count(), 5);
+    /// assert!(TimeWindows::new(10_000, 0, 0).is_none()); // a zero slide
+    /// assert!(TimeWindows::new(1_000, 2_000, 0).is_none()); // gaps between windows
+    /// ```
+    pub fn new(size: i64, slide: i64, offset: i64) -> Option<Self> {
+        (slide > 0 && slide <= size).then(|| TimeWindows {
             size,
             slide,
             offset: offset.rem_euclid(slide),
             pane: gcd(size, slide),
-        }
+        })
     }
 
-    /// The windows of a tumbling or hopping spec (`None` for sessions).
+    /// The windows of a tumbling or hopping spec (`None` for sessions, or
+    /// for durations that give no windows).
     pub fn from_spec(w: &crate::spec::WindowSpec) -> Option<Self> {
         use crate::spec::{ms, WindowKind};
         match &w.kind {
-            WindowKind::Tumbling { size } => Some(Self::new(ms(*size), ms(*size), ms(w.offset))),
-            WindowKind::Hopping { size, slide } => {
-                Some(Self::new(ms(*size), ms(*slide), ms(w.offset)))
-            }
+            WindowKind::Tumbling { size } => Self::new(ms(*size), ms(*size), ms(w.offset)),
+            WindowKind::Hopping { size, slide } => Self::new(ms(*size), ms(*slide), ms(w.offset)),
             WindowKind::Session { .. } => None,
         }
+    }
+
+    /// Whether every window holding `t` has bounds that fit in `i64`
+    /// milliseconds. A row whose windows do not fit is invalid (design §1:
+    /// refused, counted and kept, never silently lost or mis-windowed); the
+    /// other methods are only called for times for which this holds.
+    ///
+    /// ```
+    /// use thund::window::TimeWindows;
+    /// let w = TimeWindows::new(10_000, 10_000, 0).expect("valid");
+    /// assert!(w.holds(0));
+    /// assert!(!w.holds(i64::MAX - 1)); // its window would end past i64::MAX
+    /// assert!(w.holds(i64::MIN / 2));
+    /// ```
+    pub fn holds(&self, t: EventTime) -> bool {
+        let (t, size, slide, offset) = (
+            i128::from(t),
+            i128::from(self.size),
+            i128::from(self.slide),
+            i128::from(self.offset),
+        );
+        let last_start = (t - offset).div_euclid(slide) * slide + offset;
+        // the earliest window still holding t: start > t - size
+        let first_start = last_start - (last_start + size - t - 1).div_euclid(slide) * slide;
+        let range = i128::from(i64::MIN)..=i128::from(i64::MAX);
+        range.contains(&first_start) && range.contains(&(last_start + size))
     }
 
     /// Window length in ms.
@@ -68,7 +117,7 @@ impl TimeWindows {
 
     /// Start of the pane holding `t`.
     pub fn pane_of(&self, t: EventTime) -> EventTime {
-        (t - self.offset).div_euclid(self.pane) * self.pane + self.offset
+        clamp(align(t, self.pane, self.offset))
     }
 
     /// Pane width in ms.
@@ -78,21 +127,25 @@ impl TimeWindows {
 
     /// The latest-starting window that holds `t` (the last of its windows to close).
     pub fn last_window(&self, t: EventTime) -> Window {
-        let start = (t - self.offset).div_euclid(self.slide) * self.slide + self.offset;
+        let start = align(t, self.slide, self.offset);
         Window {
-            start,
-            end: start.saturating_add(self.size),
+            start: clamp(start),
+            end: clamp(start + i128::from(self.size)),
         }
     }
 
     /// Every window that holds `t` (or the pane starting at `t`), earliest first.
     pub fn windows_of(&self, t: EventTime) -> impl Iterator<Item = Window> + '_ {
-        let last = self.last_window(t).start;
+        let last = align(t, self.slide, self.offset);
         let n = (self.size + self.slide - 1) / self.slide; // windows per instant, at most
         (0..n).rev().filter_map(move |k| {
-            let start = last - k * self.slide;
-            let end = start.saturating_add(self.size);
-            (start <= t && t < end).then_some(Window { start, end })
+            let start = last - i128::from(k) * i128::from(self.slide);
+            let end = start + i128::from(self.size);
+            let w = Window {
+                start: i64::try_from(start).ok()?,
+                end: i64::try_from(end).ok()?,
+            };
+            (w.start <= t && t < w.end).then_some(w)
         })
     }
 
@@ -109,7 +162,7 @@ mod tests {
 
     #[test]
     fn hopping_windows_of_an_instant() {
-        let w = TimeWindows::new(10, 4, 0);
+        let w = TimeWindows::new(10, 4, 0).expect("valid");
         let got: Vec<_> = w.windows_of(9).map(|w| (w.start, w.end)).collect();
         assert_eq!(got, vec![(0, 10), (4, 14), (8, 18)]);
         let got: Vec<_> = w.windows_of(-1).map(|w| (w.start, w.end)).collect();
@@ -121,9 +174,39 @@ mod tests {
 
     #[test]
     fn tumbling_with_offset() {
-        let w = TimeWindows::new(10, 10, 3);
+        let w = TimeWindows::new(10, 10, 3).expect("valid");
         let got: Vec<_> = w.windows_of(2).collect();
         assert_eq!(got, vec![Window { start: -7, end: 3 }]);
         assert_eq!(w.last_window(3), Window { start: 3, end: 13 });
+    }
+
+    #[test]
+    fn times_near_the_limits_hold_only_when_all_their_windows_fit() {
+        let w = TimeWindows::new(10, 4, 0).expect("valid");
+        for t in [
+            i64::MIN,
+            i64::MIN + 1,
+            i64::MIN + 9,
+            -1,
+            0,
+            i64::MAX - 20,
+            i64::MAX - 1,
+            i64::MAX,
+        ] {
+            let fits = w.holds(t);
+            // the same question asked by brute force, in i128
+            let brute = (-20i128..20).all(|k| {
+                let s = (i128::from(t)).div_euclid(4) * 4 - k * 4;
+                let holds_t = s <= i128::from(t) && i128::from(t) < s + 10;
+                !holds_t || (s >= i128::from(i64::MIN) && s + 10 <= i128::from(i64::MAX))
+            });
+            assert_eq!(fits, brute, "t = {t}");
+            if fits {
+                for win in w.windows_of(t) {
+                    assert!(win.start <= t && t < win.end, "t = {t}: {win:?}");
+                }
+            }
+        }
+        assert!(TimeWindows::new(10, 0, 0).is_none());
     }
 }

@@ -10,6 +10,7 @@ use thund_dataflows::{AggKind, AggState, Update, Value};
 
 use super::IncrementalView;
 use crate::error::{Error, Result};
+use crate::paths::sql::checked::{canonical, canonical_array};
 use crate::paths::OnTime;
 use crate::plan::CompiledAgg;
 use crate::time::EventTime;
@@ -40,7 +41,7 @@ impl IncrementalView {
                     )
                 })?;
                 f.iter()
-                    .map(|v| v.map_or(Value::Null, Value::Float))
+                    .map(|v| v.map_or(Value::Null, |x| Value::Float(canonical(x))))
                     .collect()
             }
             DataType::Decimal128(_, _) => {
@@ -115,7 +116,11 @@ impl IncrementalView {
                         .plan
                         .keys
                         .iter()
-                        .map(|k| k.evaluate(batch).and_then(|c| c.into_array(n)))
+                        .map(|k| {
+                            k.evaluate(batch)
+                                .and_then(|c| c.into_array(n))
+                                .map(|a| canonical_array(&a))
+                        })
                         .collect::<datafusion::error::Result<Vec<_>>>()
                         .map_err(|e| Error::eval(&view, e))?;
                     Some(conv.convert_columns(&cols)?)

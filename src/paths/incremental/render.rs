@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
+    ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt64Array,
 };
 use arrow::compute::{cast, filter_record_batch};
 use arrow::datatypes::DataType;
@@ -104,8 +104,21 @@ impl IncrementalView {
                     (x.count > 0)
                         .then(|| int(&x.value))
                         .flatten()
-                        .map(|sum| sum.saturating_mul(mul) / x.count as i128)
+                        .map(|sum| {
+                            sum.checked_mul(mul)
+                                .map(|m| m / x.count as i128)
+                                .ok_or_else(|| Error::Overflow {
+                                    view: self.view.clone(),
+                                    aggregate: a.name.clone(),
+                                    data_type: a.output_type.to_string(),
+                                    window_start: u.window.start,
+                                    window_end: u.window.end,
+                                    value: format!("{sum} × {mul}"),
+                                })
+                        })
+                        .transpose()
                 });
+                let vals = vals.collect::<Result<Vec<_>>>()?;
                 Arc::new(Decimal128Array::from_iter(vals).with_precision_and_scale(*p, *s)?)
             }
             (AggFunc::Avg, _) => Arc::new(Float64Array::from_iter(updates.iter().map(|u| {
@@ -125,66 +138,53 @@ impl IncrementalView {
                 Decimal128Array::from_iter(updates.iter().map(|u| int(&st(u).value)))
                     .with_precision_and_scale(*p, *s)?,
             ),
-            (func, dt) => {
+            (_, dt) => {
                 // integers: exact, and an error instead of a wrap when the result type cannot hold it
-                let mut v = Vec::with_capacity(updates.len());
+                let (lo, hi) = integer_range(dt)
+                    .ok_or_else(|| Error::internal(&self.view, format!("{} to {dt}", a.name)))?;
+                let mut v: Vec<Option<i128>> = Vec::with_capacity(updates.len());
                 for u in updates {
-                    v.push(match int(&st(u).value) {
-                        None => None,
-                        Some(i) => Some(i64::try_from(i).map_err(|_| Error::Overflow {
+                    let x = int(&st(u).value);
+                    if let Some(i) = x.filter(|i| *i < lo || *i > hi) {
+                        return Err(Error::Overflow {
                             view: self.view.clone(),
-                            aggregate: format!("{func:?}"),
+                            aggregate: a.name.clone(),
                             data_type: dt.to_string(),
                             window_start: u.window.start,
                             window_end: u.window.end,
                             value: i.to_string(),
-                        })?),
-                    });
-                }
-                let i: ArrayRef = Arc::new(Int64Array::from(v));
-                if dt == &DataType::Int64 {
-                    i
-                } else {
-                    let c = arrow::compute::cast_with_options(
-                        &i,
-                        dt,
-                        &arrow::compute::CastOptions {
-                            safe: false,
-                            ..Default::default()
-                        },
-                    )
-                    .map_err(|e| {
-                        // name the first window whose value does not fit
-                        let ints = i.as_any().downcast_ref::<Int64Array>();
-                        let bad = updates.iter().enumerate().find(|(r, _)| {
-                            ints.is_some_and(|a| {
-                                a.is_valid(*r)
-                                    && arrow::compute::cast_with_options(
-                                        &a.slice(*r, 1),
-                                        dt,
-                                        &arrow::compute::CastOptions {
-                                            safe: false,
-                                            ..Default::default()
-                                        },
-                                    )
-                                    .is_err()
-                            })
                         });
-                        Error::Overflow {
-                            view: self.view.clone(),
-                            aggregate: format!("{func:?}"),
-                            data_type: dt.to_string(),
-                            window_start: bad.map_or(0, |(_, u)| u.window.start),
-                            window_end: bad.map_or(0, |(_, u)| u.window.end),
-                            value: bad
-                                .and_then(|(r, _)| ints.map(|a| a.value(r).to_string()))
-                                .unwrap_or_else(|| e.to_string()),
-                        }
-                    })?;
-                    c
+                    }
+                    v.push(x);
                 }
+                // every value fits `dt`, so these conversions and the cast are exact
+                let exact: ArrayRef = if dt == &DataType::UInt64 {
+                    Arc::new(UInt64Array::from_iter(
+                        v.iter().map(|x| x.and_then(|i| u64::try_from(i).ok())),
+                    ))
+                } else {
+                    Arc::new(Int64Array::from_iter(
+                        v.iter().map(|x| x.and_then(|i| i64::try_from(i).ok())),
+                    ))
+                };
+                cast(&exact, dt)?
             }
         };
         Ok(arr)
     }
+}
+
+/// The values an integer type holds, as `i128` bounds.
+fn integer_range(dt: &DataType) -> Option<(i128, i128)> {
+    Some(match dt {
+        DataType::Int8 => (i8::MIN.into(), i8::MAX.into()),
+        DataType::Int16 => (i16::MIN.into(), i16::MAX.into()),
+        DataType::Int32 => (i32::MIN.into(), i32::MAX.into()),
+        DataType::Int64 => (i64::MIN.into(), i64::MAX.into()),
+        DataType::UInt8 => (0, u8::MAX.into()),
+        DataType::UInt16 => (0, u16::MAX.into()),
+        DataType::UInt32 => (0, u32::MAX.into()),
+        DataType::UInt64 => (0, u64::MAX.into()),
+        _ => return None,
+    })
 }

@@ -120,7 +120,9 @@ impl PaneWindows {
                 .map(|(k, _)| *k)
                 .collect();
             for k in todo {
-                let new = emit.eval.eval(window_rows(&self.panes, k, n))?;
+                let new = emit
+                    .eval
+                    .eval(window_rows(&self.panes, k, n), Some(window(k)))?;
                 let old = self.live.insert(k, Some(new.clone())).flatten();
                 if emit.mode == OutputMode::Update {
                     emit.provisional(&mut out, window(k), old.as_ref(), &new)?;
@@ -137,7 +139,9 @@ impl PaneWindows {
         for k in closing {
             let res = match self.live.remove(&k).flatten() {
                 Some(r) if emit.mode != OutputMode::Append && !is_dirty(&k) => r,
-                _ => emit.eval.eval(window_rows(&self.panes, k, n))?,
+                _ => emit
+                    .eval
+                    .eval(window_rows(&self.panes, k, n), Some(window(k)))?,
             };
             emit.close(&mut out, window(k), &res)?;
         }
@@ -160,7 +164,10 @@ impl PaneWindows {
     pub fn refresh(&mut self, emit: &Emitter<'_>, n: usize) -> Result<()> {
         self.dirty.clear();
         for (k, r) in self.live.iter_mut() {
-            *r = Some(emit.eval.eval(window_rows(&self.panes, *k, n))?);
+            *r = Some(
+                emit.eval
+                    .eval(window_rows(&self.panes, *k, n), Some(window(*k)))?,
+            );
         }
         Ok(())
     }

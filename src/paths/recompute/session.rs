@@ -93,10 +93,11 @@ impl Sessions {
             .enumerate()
             .map(|(i, t)| match t {
                 None => Some(Refusal::NullTime),
+                Some(t) if t.checked_add(self.gap).is_none() => Some(Refusal::Unrepresentable),
                 Some(t) => {
                     let span = Window {
                         start: t,
-                        end: t.saturating_add(self.gap),
+                        end: t + self.gap,
                     };
                     let behind = w_prev.is_some_and(|wp| span.end <= wp);
                     let merges_closed = self
@@ -200,7 +201,7 @@ impl Sessions {
                 }
                 let is_dirty = dirty.contains(&(key.clone(), sess.start));
                 if mode != OutputMode::Append && (is_dirty || sess.result.is_none()) {
-                    let new = emit.eval.eval(vec![sess.rows.clone()])?;
+                    let new = emit.eval.eval(vec![sess.rows.clone()], Some(win))?;
                     if mode == OutputMode::Update {
                         out.batches.push(emit.rows(Some(win), &new, Some(false))?);
                     }
@@ -215,7 +216,7 @@ impl Sessions {
         for (key, win, sess) in closing {
             let res = match sess.result {
                 Some(r) if !dirty.contains(&(key.clone(), sess.start)) => r,
-                _ => emit.eval.eval(vec![sess.rows])?,
+                _ => emit.eval.eval(vec![sess.rows], Some(win))?,
             };
             let e = self.closed_end.entry(key).or_insert(win.end);
             *e = (*e).max(win.end);
@@ -242,8 +243,13 @@ impl Sessions {
     /// Evaluate every open session without emitting (after a restore).
     pub fn refresh(&mut self, emit: &Emitter<'_>) -> Result<()> {
         self.dirty.clear();
+        let gap = self.gap;
         for sess in self.open.values_mut().flatten() {
-            sess.result = Some(emit.eval.eval(vec![sess.rows.clone()])?);
+            let win = Window {
+                start: sess.start,
+                end: sess.last.saturating_add(gap),
+            };
+            sess.result = Some(emit.eval.eval(vec![sess.rows.clone()], Some(win))?);
         }
         Ok(())
     }

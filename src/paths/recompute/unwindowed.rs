@@ -56,7 +56,7 @@ impl Unwindowed {
             Some(r) if !self.dirty => r.clone(),
             _ => {
                 self.dirty = false;
-                emit.eval.eval(self.rows.clone())?
+                emit.eval.eval(self.rows.clone(), None)?
             }
         };
         match emit.mode {
@@ -80,7 +80,7 @@ impl Unwindowed {
 
     /// Evaluate without emitting (after a restore).
     pub fn refresh(&mut self, emit: &Emitter<'_>) -> Result<()> {
-        self.result = Some(emit.eval.eval(self.rows.clone())?);
+        self.result = Some(emit.eval.eval(self.rows.clone(), None)?);
         self.dirty = false;
         Ok(())
     }

@@ -1,6 +1,9 @@
 //! The view's SQL planned once over in-memory tables whose contents are
 //! swapped per evaluation: the recompute path evaluates windows with it, and
-//! every path gets its logical plan and output schema from it.
+//! every path gets its logical plan and output schema from it. The plan it
+//! executes follows Þund's arithmetic ([`checked`]), not DataFusion's.
+
+pub(crate) mod checked;
 
 use std::sync::Arc;
 
@@ -14,12 +17,17 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 
 use super::SourceInfo;
 use crate::error::{Error, Result};
+use crate::time::EventTime;
+use crate::window::Window;
 
 /// The view's SQL planned once over in-memory tables whose contents are swapped per evaluation.
 pub(crate) struct SqlEvaluator {
     view: String,
     ctx: SessionContext,
+    /// The plan as DataFusion made it (what the planner and `explain` see).
     plan: LogicalPlan,
+    /// The plan executed: `plan` with Þund's checked aggregates ([`checked::rewrite`]).
+    exec: LogicalPlan,
     tables: Vec<Arc<MemTable>>,
     /// The query's output schema (all fields nullable).
     pub out_schema: SchemaRef,
@@ -61,6 +69,7 @@ impl SqlEvaluator {
             .block_on(ctx.sql_with_options(sql, options))
             .map_err(sql_err)?;
         let plan = df.logical_plan().clone();
+        let exec = checked::rewrite(plan.clone()).map_err(sql_err)?;
         let out_schema = Arc::new(Schema::new(
             plan.schema()
                 .fields()
@@ -72,6 +81,7 @@ impl SqlEvaluator {
             view: view.to_string(),
             ctx,
             plan,
+            exec,
             tables,
             out_schema,
             rt,
@@ -93,21 +103,35 @@ impl SqlEvaluator {
         &self.plan
     }
 
-    /// Run the query with `rows[i]` as the contents of source `i`.
-    pub fn eval(&self, rows: Vec<Vec<RecordBatch>>) -> Result<RecordBatch> {
+    /// Run the query with `rows[i]` as the contents of source `i`, for
+    /// `window` (which an overflow error names).
+    pub fn eval(&self, rows: Vec<Vec<RecordBatch>>, window: Option<Window>) -> Result<RecordBatch> {
         let view = &self.view;
         let batches = self.rt.block_on(async {
             for (t, r) in self.tables.iter().zip(rows) {
                 *t.batches[0].write().await = r;
             }
-            let df = self.ctx.execute_logical_plan(self.plan.clone()).await?;
-            let out = df.collect().await;
+            let out = async {
+                let df = self.ctx.execute_logical_plan(self.exec.clone()).await?;
+                df.collect().await
+            }
+            .await;
             for t in &self.tables {
                 t.batches[0].write().await.clear();
             }
             out
         });
-        let batches = batches.map_err(|e| Error::eval(view, e))?;
+        let batches = batches.map_err(|e| match checked::overflow(&e) {
+            Some(o) => Error::Overflow {
+                view: view.clone(),
+                aggregate: o.aggregate.clone(),
+                data_type: o.data_type.to_string(),
+                window_start: window.map_or(EventTime::MIN, |w| w.start),
+                window_end: window.map_or(EventTime::MAX, |w| w.end),
+                value: o.value.clone(),
+            },
+            None => Error::eval(view, e),
+        })?;
         let mut columns: Vec<ArrayRef> = Vec::new();
         if batches.is_empty() {
             return Ok(RecordBatch::new_empty(self.out_schema.clone()));

@@ -1,0 +1,405 @@
+//! One arithmetic on both paths (README, "Arithmetic"): integer sums are
+//! exact and an overflow is the same typed error on both paths; floats
+//! follow PostgreSQL's rule (`-0.0 = 0.0`, NaN above every number) whatever
+//! the row order; event times whose windows do not fit in `i64` are invalid
+//! rows on both paths. The expected values here come from rules written in
+//! the test, not from either path.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{
+    Array, Float64Array, Int64Array, RecordBatch, TimestampMillisecondArray, UInt64Array,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use common::cases;
+use proptest::prelude::*;
+use thund::{Engine, Error, ExecMode, OutputMode, ViewSpec, WindowSpec};
+
+fn schema(value: DataType) -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("x", value, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    ]))
+}
+
+/// Both paths over the same batches, all pushed before one trigger (so no
+/// row is late): each path's emitted batches, or its error.
+fn both(
+    sql: &str,
+    schema: &SchemaRef,
+    window: WindowSpec,
+    batches: &[RecordBatch],
+) -> [Result<Vec<RecordBatch>, Error>; 2] {
+    [ExecMode::Auto, ExecMode::Recompute].map(|mode| {
+        let mut e = Engine::builder().build()?;
+        e.create_view(
+            ViewSpec::builder("v", sql)
+                .source("t", "ts", schema.clone())
+                .window(window.clone())
+                .output(OutputMode::Append)
+                .mode(mode)
+                .build()?,
+        )?;
+        if mode == ExecMode::Auto {
+            assert_eq!(e.plan("v")?.path(), thund::PathKind::Incremental, "{sql}");
+        }
+        for b in batches {
+            e.push("t", b.clone())?;
+        }
+        let mut out = e.trigger()?.views[0].output.clone();
+        out.extend(e.finish()?.views[0].output.clone());
+        Ok(out)
+    })
+}
+
+fn ints(k: &[i64], x: &[Option<i64>], ts: &[i64]) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(DataType::Int64),
+        vec![
+            Arc::new(Int64Array::from(k.to_vec())),
+            Arc::new(Int64Array::from(x.to_vec())),
+            Arc::new(TimestampMillisecondArray::from(ts.to_vec())),
+        ],
+    )
+    .expect("batch")
+}
+
+fn overflow_fields(r: &Result<Vec<RecordBatch>, Error>) -> (String, String, String, i64, i64) {
+    match r {
+        Err(Error::Overflow {
+            view,
+            aggregate,
+            data_type,
+            window_start,
+            window_end,
+            ..
+        }) => (
+            view.clone(),
+            aggregate.clone(),
+            data_type.clone(),
+            *window_start,
+            *window_end,
+        ),
+        other => panic!("expected an overflow error, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_integer_sum_overflow_is_the_same_error_on_both_paths() {
+    let big = i64::MAX / 2 + 1;
+    // Int64: two halves of i64::MAX in window [0, 1000) of key 1
+    let b = ints(&[1, 1, 2], &[Some(big), Some(big), Some(5)], &[10, 20, 30]);
+    let [inc, rec] = both(
+        "SELECT k, SUM(x) AS s FROM t GROUP BY k",
+        &b.schema(),
+        WindowSpec::tumbling(Duration::from_secs(1)),
+        std::slice::from_ref(&b),
+    );
+    let want = (
+        "v".to_string(),
+        "SUM(t.x)".to_string(),
+        "Int64".to_string(),
+        0,
+        1000,
+    );
+    assert_eq!(overflow_fields(&inc), want);
+    assert_eq!(overflow_fields(&rec), want);
+    // UInt64: the sum of two values above u64::MAX / 2
+    let s = schema(DataType::UInt64);
+    let u = RecordBatch::try_new(
+        s.clone(),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 1])),
+            Arc::new(UInt64Array::from(vec![u64::MAX / 2 + 1, u64::MAX / 2 + 1])),
+            Arc::new(TimestampMillisecondArray::from(vec![10, 20])),
+        ],
+    )
+    .expect("batch");
+    let [inc, rec] = both(
+        "SELECT SUM(x) AS s FROM t",
+        &s,
+        WindowSpec::tumbling(Duration::from_secs(1)),
+        &[u],
+    );
+    let want = (
+        "v".to_string(),
+        "SUM(t.x)".to_string(),
+        "UInt64".to_string(),
+        0,
+        1000,
+    );
+    assert_eq!(overflow_fields(&inc), want);
+    assert_eq!(overflow_fields(&rec), want);
+}
+
+#[test]
+fn extremes_of_uint64_and_int64_are_values_not_overflows() {
+    let s = schema(DataType::UInt64);
+    let u = RecordBatch::try_new(
+        s.clone(),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 1, 2])),
+            Arc::new(UInt64Array::from(vec![u64::MAX - 1, u64::MAX, 0])),
+            Arc::new(TimestampMillisecondArray::from(vec![10, 20, 30])),
+        ],
+    )
+    .expect("batch");
+    let [inc, rec] = both(
+        "SELECT k, MAX(x) AS mx, MIN(x) AS mn FROM t GROUP BY k",
+        &s,
+        WindowSpec::tumbling(Duration::from_secs(1)),
+        &[u],
+    );
+    let (inc, rec) = (inc.expect("incremental"), rec.expect("recompute"));
+    assert_eq!(common::canon(&inc), common::canon(&rec));
+    let mx: Vec<u64> = inc
+        .iter()
+        .flat_map(|b| {
+            let a = b
+                .column_by_name("mx")
+                .expect("mx")
+                .as_any()
+                .downcast_ref::<UInt64Array>()
+                .expect("UInt64")
+                .clone();
+            a.values().to_vec()
+        })
+        .collect();
+    assert!(mx.contains(&u64::MAX), "{mx:?}");
+    // Int64 extremes in one group: SUM of MIN and MAX is -1, exact
+    let b = ints(&[1, 1], &[Some(i64::MIN), Some(i64::MAX)], &[10, 20]);
+    let [inc, rec] = both(
+        "SELECT SUM(x) AS s, MIN(x) AS mn, MAX(x) AS mx FROM t",
+        &b.schema(),
+        WindowSpec::tumbling(Duration::from_secs(1)),
+        &[b],
+    );
+    let (inc, rec) = (inc.expect("incremental"), rec.expect("recompute"));
+    assert_eq!(common::canon(&inc), common::canon(&rec));
+    let s = inc[0]
+        .column_by_name("s")
+        .expect("s")
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .expect("Int64")
+        .value(0);
+    assert_eq!(s, -1);
+}
+
+/// PostgreSQL's float order: -0.0 = 0.0, NaN above every number.
+fn pg_cmp(a: f64, b: f64) -> std::cmp::Ordering {
+    let c = |x: f64| if x == 0.0 { 0.0 } else { x };
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => std::cmp::Ordering::Equal,
+        (true, false) => std::cmp::Ordering::Greater,
+        (false, true) => std::cmp::Ordering::Less,
+        _ => c(a).partial_cmp(&c(b)).expect("numbers compare"),
+    }
+}
+
+fn special() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        Just(f64::NAN),
+        Just(-f64::NAN),
+        Just(0.0),
+        Just(-0.0),
+        Just(f64::INFINITY),
+        Just(f64::NEG_INFINITY),
+        (-4i32..4).prop_map(|x| x as f64 / 2.0),
+    ]
+}
+
+/// (key, value) per row, rendered as the test expects each path to show it.
+fn float_rows(batches: &[RecordBatch]) -> Vec<(i64, i64, String, String)> {
+    let mut out = Vec::new();
+    for b in batches {
+        let ws = b
+            .column(0)
+            .as_any()
+            .downcast_ref::<TimestampMillisecondArray>()
+            .expect("ws");
+        let k = b
+            .column_by_name("x_key")
+            .expect("x_key")
+            .as_any()
+            .downcast_ref::<Float64Array>()
+            .expect("key");
+        let mn = b
+            .column_by_name("mn")
+            .expect("mn")
+            .as_any()
+            .downcast_ref::<Float64Array>()
+            .expect("mn");
+        let mx = b
+            .column_by_name("mx")
+            .expect("mx")
+            .as_any()
+            .downcast_ref::<Float64Array>()
+            .expect("mx");
+        for r in 0..b.num_rows() {
+            let show = |a: &Float64Array| {
+                let x = a.value(r);
+                if a.is_null(r) {
+                    "NULL".to_string()
+                } else if x.is_nan() {
+                    "NaN".to_string()
+                } else {
+                    format!("{x:?}")
+                }
+            };
+            let key = k.value(r);
+            let key = if key.is_nan() { f64::NAN } else { key };
+            out.push((ws.value(r), key.to_bits() as i64, show(mn), show(mx)));
+        }
+    }
+    out.sort();
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(24), ..ProptestConfig::default() })]
+
+    /// NaN, ±0.0 and ±∞ in MIN/MAX and as a group key: both paths give the
+    /// rule's answer, whatever the row order and the split into batches.
+    #[test]
+    fn special_floats_follow_one_rule_on_both_paths(
+        rows in prop::collection::vec((special(), special(), 0i64..3_000), 1..40),
+        cut in 1usize..10,
+    ) {
+        let s = Arc::new(Schema::new(vec![
+            Field::new("key", DataType::Float64, true),
+            Field::new("x", DataType::Float64, true),
+            Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        ]));
+        let batches: Vec<RecordBatch> = rows
+            .chunks(cut)
+            .map(|c| {
+                RecordBatch::try_new(
+                    s.clone(),
+                    vec![
+                        Arc::new(Float64Array::from(c.iter().map(|r| r.0).collect::<Vec<_>>())),
+                        Arc::new(Float64Array::from(c.iter().map(|r| r.1).collect::<Vec<_>>())),
+                        Arc::new(TimestampMillisecondArray::from(c.iter().map(|r| r.2).collect::<Vec<_>>())),
+                    ],
+                )
+                .expect("batch")
+            })
+            .collect();
+        let sql = "SELECT key AS x_key, MIN(x) AS mn, MAX(x) AS mx FROM t GROUP BY key";
+        let [inc, rec] = both(sql, &s, WindowSpec::tumbling(Duration::from_secs(1)), &batches);
+        let (inc, rec) = (inc.expect("incremental"), rec.expect("recompute"));
+        // the rule, computed here: one group for -0.0 and 0.0, one for every NaN
+        let mut want: std::collections::BTreeMap<(i64, i64), (f64, f64)> = Default::default();
+        for (key, x, t) in &rows {
+            let key = if key.is_nan() { f64::NAN } else if *key == 0.0 { 0.0 } else { *key };
+            let e = want.entry((t / 1000 * 1000, key.to_bits() as i64)).or_insert((*x, *x));
+            if pg_cmp(*x, e.0).is_lt() { e.0 = *x; }
+            if pg_cmp(*x, e.1).is_gt() { e.1 = *x; }
+        }
+        let show = |x: f64| if x.is_nan() { "NaN".to_string() } else if x == 0.0 { "0.0".to_string() } else { format!("{x:?}") };
+        let mut want: Vec<(i64, i64, String, String)> = want
+            .into_iter()
+            .map(|((w, k), (mn, mx))| (w, k, show(mn), show(mx)))
+            .collect();
+        want.sort();
+        prop_assert_eq!(float_rows(&inc), want.clone());
+        prop_assert_eq!(float_rows(&rec), want);
+    }
+}
+
+#[test]
+fn event_times_whose_windows_do_not_fit_are_invalid_on_both_paths() {
+    // tumbling 10 ms: MAX - 20 fits ([…780, …790)), MAX - 1 does not (its window would end past MAX)
+    let ts = [
+        i64::MIN,
+        i64::MIN + 5,
+        -1,
+        0,
+        i64::MAX - 20,
+        i64::MAX - 1,
+        i64::MAX,
+    ];
+    let b = ints(&[1; 7], &[Some(1); 7], &ts);
+    let mut results = Vec::new();
+    for mode in [ExecMode::Auto, ExecMode::Recompute] {
+        let mut e = Engine::builder().build().expect("engine");
+        e.create_view(
+            ViewSpec::builder("v", "SELECT COUNT(*) AS c FROM t")
+                .source("t", "ts", b.schema())
+                .window(WindowSpec::tumbling(Duration::from_millis(10)))
+                .mode(mode)
+                .build()
+                .expect("spec"),
+        )
+        .expect("view");
+        e.push("t", b.clone()).expect("push");
+        let mut out = e.trigger().expect("trigger").views[0].output.clone();
+        out.extend(e.finish().expect("finish").views[0].output.clone());
+        let c = e.counters("v").expect("counters");
+        let rejected = e.late_rows("v").expect("rejected");
+        results.push((
+            common::canon(&out),
+            c.invalid_rows,
+            c.late_rows_dropped,
+            rejected.num_rows(),
+        ));
+    }
+    // MIN and MIN+5: their window would start at …810, below i64::MIN;
+    // MAX-1 and MAX: it would end past i64::MAX. -1, 0 and MAX-20 fit.
+    assert_eq!(results[0].1, 4, "{results:?}");
+    assert_eq!(
+        results[0].3, 4,
+        "kept in the rejected-row relation: {results:?}"
+    );
+    assert_eq!(results[0], results[1]);
+    assert_eq!(results[0].0.len(), 3, "{results:?}");
+}
+
+#[test]
+fn a_zero_slide_is_refused_not_a_panic() {
+    assert!(thund::window::TimeWindows::new(1_000, 0, 0).is_none());
+    let err = ViewSpec::builder("v", "SELECT COUNT(*) AS c FROM t")
+        .source("t", "ts", schema(DataType::Int64))
+        .window(WindowSpec::hopping(Duration::from_secs(1), Duration::ZERO))
+        .build()
+        .expect_err("refused");
+    assert!(matches!(err, Error::Spec { .. }), "{err}");
+}
+
+#[test]
+fn a_decimal_average_that_does_not_fit_is_an_error_on_both_paths() {
+    let s = schema(DataType::Decimal128(38, 0));
+    let huge = 10i128.pow(37);
+    let b = RecordBatch::try_new(
+        s.clone(),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 1])),
+            Arc::new(
+                arrow::array::Decimal128Array::from(vec![huge, huge])
+                    .with_precision_and_scale(38, 0)
+                    .expect("decimal"),
+            ),
+            Arc::new(TimestampMillisecondArray::from(vec![10, 20])),
+        ],
+    )
+    .expect("batch");
+    let [inc, rec] = both(
+        "SELECT AVG(x) AS a FROM t",
+        &s,
+        WindowSpec::tumbling(Duration::from_secs(1)),
+        &[b],
+    );
+    let want = (
+        "v".to_string(),
+        "AVG(t.x)".to_string(),
+        "Decimal128(38, 4)".to_string(),
+        0,
+        1000,
+    );
+    assert_eq!(overflow_fields(&inc), want);
+    assert_eq!(overflow_fields(&rec), want);
+}
