@@ -184,7 +184,7 @@ pub(super) fn demo(a: DemoArgs) -> Result<()> {
     for v in views {
         engine.create_view(v)?;
     }
-    let mut gen = BidGenerator::new(a.seed);
+    let mut bids = BidGenerator::new(a.seed);
     let per = a.rows_per_trigger.max(1);
     let triggers = a.events.div_ceil(per);
     let pb = ProgressBar::new(triggers as u64 + 1);
@@ -206,7 +206,7 @@ pub(super) fn demo(a: DemoArgs) -> Result<()> {
             engine.finish()?
         } else {
             let n = per.min(a.events - pushed);
-            engine.push("bids", gen.batch(n)?)?;
+            engine.push("bids", bids.batch(n)?)?;
             pushed += n;
             engine.trigger()?
         };

@@ -195,8 +195,7 @@ pub fn oracle(
 pub fn ts(ms: i64) -> String {
     let a = TimestampMillisecondArray::from(vec![ms]);
     let f = ArrayFormatter::try_new(&a, &FormatOptions::default()).expect("fmt");
-    let s = f.value(0).to_string();
-    s
+    f.value(0).to_string()
 }
 
 /// Number of proptest cases: small by default (CI), more with THUND_PROPTEST_CASES.
