@@ -432,7 +432,7 @@ pub fn plan_gc(listing: &Listing, retain: usize) -> GcPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::{Counters, EpochStatus, FileEntry, FORMAT_VERSION};
+    use crate::manifest::FileEntry;
     use crate::paths::epoch_dir_name;
 
     /// Builds listings by hand: the decision is pure, so no store is needed.
@@ -456,21 +456,7 @@ mod tests {
             self.0
                 .objects
                 .insert(format!("{}/{MANIFEST_FILE}", epoch_dir_name(epoch)), 50);
-            let m = Manifest {
-                format_version: FORMAT_VERSION,
-                view: "v".into(),
-                fingerprint: "fp".into(),
-                fingerprint_parts: Default::default(),
-                epoch,
-                status: EpochStatus::Committed,
-                committed_at_ms: 0,
-                watermark: None,
-                sources: vec![],
-                counters: Counters::default(),
-                emitted_frontier: None,
-                files,
-                extra: serde_json::Value::Null,
-            };
+            let m = Manifest::committed("v", "fp", epoch, files);
             self.0.epochs.insert(
                 epoch,
                 EpochListing {

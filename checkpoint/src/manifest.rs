@@ -184,6 +184,32 @@ pub struct LatestPointer {
 }
 
 impl Manifest {
+    /// A committed manifest of `view` at `epoch` listing `files`, with
+    /// fingerprint `fingerprint` and every other field empty: for tests,
+    /// examples and tools that reason about which files an epoch lists.
+    ///
+    /// ```
+    /// let m = thund_checkpoint::Manifest::committed("clicks", "fp", 3, vec![]);
+    /// assert_eq!((m.epoch, m.status), (3, thund_checkpoint::EpochStatus::Committed));
+    /// ```
+    pub fn committed(view: &str, fingerprint: &str, epoch: u64, files: Vec<FileEntry>) -> Self {
+        Manifest {
+            format_version: FORMAT_VERSION,
+            view: view.to_string(),
+            fingerprint: fingerprint.to_string(),
+            fingerprint_parts: Default::default(),
+            epoch,
+            status: EpochStatus::Committed,
+            committed_at_ms: 0,
+            watermark: None,
+            sources: Vec::new(),
+            counters: Counters::default(),
+            emitted_frontier: None,
+            files,
+            extra: serde_json::Value::Null,
+        }
+    }
+
     /// Checks a parsed manifest against where it was found and against the
     /// layout rules. `Err` carries a human-readable reason; the epoch is then
     /// treated as unreadable.

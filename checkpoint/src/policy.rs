@@ -35,14 +35,7 @@
 //! // ... the runtime exports its state; `Writer::write_epoch(1, new, reused, meta)`
 //! // commits a manifest listing one file whose rows all belong to windows
 //! // ending at or before 60 000 ms:
-//! # let manifest = |epoch, files| thund_checkpoint::Manifest {
-//! #     format_version: thund_checkpoint::FORMAT_VERSION, view: "v".into(),
-//! #     fingerprint: "fp".into(), fingerprint_parts: Default::default(),
-//! #     epoch, status: thund_checkpoint::EpochStatus::Committed,
-//! #     committed_at_ms: 0, watermark: None, sources: vec![],
-//! #     counters: Default::default(), emitted_frontier: None, files,
-//! #     extra: serde_json::Value::Null,
-//! # };
+//! # let manifest = |epoch, files| thund_checkpoint::Manifest::committed("v", "fp", epoch, files);
 //! let m1 = manifest(1, vec![FileEntry::new(1, "count", 0, 120, 2210)]);
 //! live.record_commit(&m1, &[("count".to_string(), 0, 60_000)]);
 //! schedule.record(full);
@@ -236,24 +229,9 @@ impl LiveFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::{Counters, EpochStatus, FORMAT_VERSION};
 
     fn manifest(epoch: u64, files: Vec<FileEntry>) -> Manifest {
-        Manifest {
-            format_version: FORMAT_VERSION,
-            view: "v".into(),
-            fingerprint: "fp".into(),
-            fingerprint_parts: Default::default(),
-            epoch,
-            status: EpochStatus::Committed,
-            committed_at_ms: 0,
-            watermark: None,
-            sources: vec![],
-            counters: Counters::default(),
-            emitted_frontier: None,
-            files,
-            extra: serde_json::Value::Null,
-        }
+        Manifest::committed("v", "fp", epoch, files)
     }
 
     fn exp(op: &str, worker: usize, expiry: i64) -> (String, usize, i64) {

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use thund_checkpoint::paths::epoch_dir_name;
 use thund_checkpoint::{
-    decide_resume, plan_gc, Counters, EpochListing, EpochStatus, FileEntry, Listing, Manifest,
-    ManifestState, PointerState, ResumeDecision, FORMAT_VERSION,
+    decide_resume, plan_gc, EpochListing, FileEntry, Listing, Manifest, ManifestState,
+    PointerState, ResumeDecision,
 };
 
 #[derive(Debug, Clone)]
@@ -96,21 +96,7 @@ fn build(kinds: &[Option<Kind>], latest: PointerState) -> Listing {
                 if *reuse > 0 && epoch > *reuse {
                     files.push(own_file(epoch - reuse));
                 }
-                ManifestState::Valid(Box::new(Manifest {
-                    format_version: FORMAT_VERSION,
-                    view: "v".into(),
-                    fingerprint: "fp".into(),
-                    fingerprint_parts: Default::default(),
-                    epoch,
-                    status: EpochStatus::Committed,
-                    committed_at_ms: 0,
-                    watermark: None,
-                    sources: vec![],
-                    counters: Counters::default(),
-                    emitted_frontier: None,
-                    files,
-                    extra: serde_json::Value::Null,
-                }))
+                ManifestState::Valid(Box::new(Manifest::committed("v", "fp", epoch, files)))
             }
         };
         let rejected = matches!(k, Kind::Committed { rejected: true, .. }).then(|| "bad".into());

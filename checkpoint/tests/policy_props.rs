@@ -8,9 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
-use thund_checkpoint::{
-    CheckpointSchedule, Counters, EpochStatus, FileEntry, LiveFiles, Manifest, FORMAT_VERSION,
-};
+use thund_checkpoint::{CheckpointSchedule, FileEntry, LiveFiles, Manifest};
 
 /// What one (operator, worker) exports in one epoch.
 #[derive(Debug, Clone)]
@@ -66,21 +64,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 fn manifest(epoch: u64, files: Vec<FileEntry>) -> Manifest {
-    Manifest {
-        format_version: FORMAT_VERSION,
-        view: "v".into(),
-        fingerprint: "fp".into(),
-        fingerprint_parts: Default::default(),
-        epoch,
-        status: EpochStatus::Committed,
-        committed_at_ms: 0,
-        watermark: None,
-        sources: vec![],
-        counters: Counters::default(),
-        emitted_frontier: None,
-        files,
-        extra: serde_json::Value::Null,
-    }
+    Manifest::committed("v", "fp", epoch, files)
 }
 
 proptest! {
