@@ -6,13 +6,38 @@
 
 mod demo;
 mod inspect;
+mod resume;
 mod run;
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::error::Result;
+/// What the command line reports when it stops: an error of the engine or
+/// of an input or output file, or a refusal of the command line itself that
+/// says what to do instead.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// An engine, input or output error.
+    #[error(transparent)]
+    Engine(#[from] crate::Error),
+    /// The command line refuses to go on: why, and what to do.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// `Result` of the command line.
+pub type Result<T, E = CliError> = std::result::Result<T, E>;
+
+/// A count that must be at least 1.
+fn at_least_one(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a count: {e}")),
+    }
+}
 
 /// Þund: incremental SQL views over event streams.
 #[derive(Parser, Debug)]
@@ -49,8 +74,8 @@ pub struct DemoArgs {
     /// Number of bids to generate.
     #[arg(long, default_value_t = 200_000)]
     pub events: usize,
-    /// Bids per trigger.
-    #[arg(long, default_value_t = 5_000)]
+    /// Bids per trigger (at least 1).
+    #[arg(long, default_value_t = 5_000, value_parser = at_least_one)]
     pub rows_per_trigger: usize,
     /// Seed of the generator.
     #[arg(long, default_value_t = 42)]
@@ -69,8 +94,9 @@ pub struct RunArgs {
     /// An input as SOURCE=PATH (.csv or .parquet); one per source.
     #[arg(long = "input", value_name = "SOURCE=PATH", required = true)]
     pub inputs: Vec<String>,
-    /// Rows of each source per trigger.
-    #[arg(long, default_value_t = 10_000)]
+    /// Rows of each source per trigger (at least 1): rows of the file,
+    /// refused ones included.
+    #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
     pub rows_per_trigger: usize,
     /// Where emitted rows go: a .csv or .parquet file, or `-` for CSV on stdout.
     #[arg(long)]
@@ -87,6 +113,22 @@ pub struct RunArgs {
     /// (a clean, simulated crash; run again to resume).
     #[arg(long)]
     pub max_triggers: Option<usize>,
+    /// Stop at the first row of an input that is refused (a cell that does
+    /// not parse as its column's type, a row with the wrong number of
+    /// fields, an empty event time), naming its file, line and column,
+    /// before anything of that trigger is applied. Without it such rows are
+    /// refused, counted as `invalid_rows` and the run goes on.
+    #[arg(long)]
+    pub strict: bool,
+    /// Take over the view's writer lease in the state root even though
+    /// another process holds it (or the lease file is unreadable). RISK: if
+    /// that process is in fact still running, both write the same state root
+    /// and output file, and the result is wrong; use it only when you know
+    /// the holder is gone (it ran on another host, in a replaced container,
+    /// or the lease file is garbage). A holder that died on this host is
+    /// taken over without this flag.
+    #[arg(long, requires = "state_root")]
+    pub takeover: bool,
 }
 
 /// `thund explain`.
@@ -108,7 +150,7 @@ pub fn main_from_args() -> Result<()> {
 /// Run a parsed command line.
 pub fn run_cli(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Demo(a) => demo::demo(a),
+        Command::Demo(a) => Ok(demo::demo(a)?),
         Command::Run(a) => run::run(a),
         Command::Explain(a) => inspect::explain(a),
         Command::Inspect(a) => inspect::inspect(a),

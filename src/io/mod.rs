@@ -1,19 +1,34 @@
-//! Files in and out: CSV and Parquet inputs for `thund run`, and the output sinks.
+//! Files in and out: CSV and Parquet inputs for `thund run`, read as a
+//! stream of chunks, and the output sinks.
+//!
+//! An [`InputReader`] gives the rows of a file a chunk at a time, typed by
+//! the source's declared schema or by inference (CSV: see the rule in
+//! [`InputReader::open`]); a row that does not fit its types is not in the
+//! chunk's batch but in its [`Chunk::refused`] list, with its line, column,
+//! value and reason, ready for [`crate::Engine::push_invalid`]. Nothing but
+//! the current chunk is held in memory, and a resume starts at a position
+//! ([`InputPosition`]) without reading what comes before it (CSV: its byte
+//! offset; Parquet: its row group).
+
+mod csv_input;
+mod parquet_input;
+mod sink;
+mod typing;
 
 use std::fs::File;
-use std::io::{BufReader, Seek, SeekFrom, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::csv::reader::Format;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::ArrowWriter;
+use arrow::datatypes::SchemaRef;
+use serde::{Deserialize, Serialize};
+
+pub use sink::Sink;
+pub use typing::{type_name, Refused};
 
 use crate::error::{Error, Result};
 
-fn input_err(path: &Path, message: impl std::fmt::Display) -> Error {
+pub(crate) fn input_err(path: &Path, message: impl std::fmt::Display) -> Error {
     Error::Input {
         path: path.to_path_buf(),
         message: message.to_string(),
@@ -38,178 +53,181 @@ pub fn format_of(path: &Path) -> Option<FileFormat> {
     }
 }
 
-/// Read a whole CSV or Parquet file. In a CSV, the schema is inferred and
-/// the event-time column, when it holds text (RFC 3339 timestamps), is read
-/// as `Timestamp(ms)`; integers stay integers of milliseconds.
-pub fn read_input(path: &Path, event_time: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    match format_of(path) {
-        Some(FileFormat::Csv) => read_csv(path, event_time),
-        Some(FileFormat::Parquet) => read_parquet(path),
-        None => Err(input_err(
-            path,
-            "unknown format: the file name must end in .csv or .parquet",
-        )),
-    }
+/// Rows of an input read by one [`InputReader::next_chunk`].
+#[derive(Debug)]
+pub struct Chunk {
+    /// The rows whose every cell has its column's type, in the source's
+    /// schema (`None` when there are none).
+    pub batch: Option<RecordBatch>,
+    /// The rows refused, in file order.
+    pub refused: Vec<Refused>,
+    /// Rows of the file consumed: taken and refused. Zero at the end.
+    pub rows: u64,
 }
 
-fn read_csv(path: &Path, event_time: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let mut file = File::open(path).map_err(|e| input_err(path, e))?;
-    let format = Format::default().with_header(true);
-    let (inferred, _) = format
-        .infer_schema(BufReader::new(&mut file), None)
-        .map_err(|e| input_err(path, e))?;
-    let fields: Vec<Field> = inferred
-        .fields()
-        .iter()
-        .map(|f| {
-            if f.name() == event_time
-                && matches!(f.data_type(), DataType::Utf8 | DataType::Timestamp(_, _))
-            {
-                Field::new(
-                    f.name(),
-                    DataType::Timestamp(TimeUnit::Millisecond, None),
-                    true,
-                )
-            } else {
-                f.as_ref().clone()
-            }
+/// Where a reader is in its file: after `rows` data rows, and (CSV) at this
+/// byte offset and line, so a resume can seek there directly.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputPosition {
+    /// Data rows consumed.
+    pub rows: u64,
+    /// Byte offset of the next row (CSV).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub byte: Option<u64>,
+    /// Line of the next row, 1-based (CSV).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+}
+
+/// What identifies an input file across runs: its path, length and a hash
+/// of its first kilobyte. A resume compares them with what the checkpoint
+/// read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputIdentity {
+    /// The canonical path.
+    pub path: String,
+    /// Length in bytes when it was opened.
+    pub len: u64,
+    /// FNV-1a 64 of the first 1 024 bytes, in hex.
+    pub head: String,
+}
+
+impl InputIdentity {
+    /// The identity of the file at `path`, now.
+    pub fn of(path: &Path) -> Result<InputIdentity> {
+        let mut f = File::open(path).map_err(|e| input_err(path, e))?;
+        let len = f.metadata().map_err(|e| input_err(path, e))?.len();
+        let mut head = Vec::with_capacity(1024);
+        f.by_ref()
+            .take(1024)
+            .read_to_end(&mut head)
+            .map_err(|e| input_err(path, e))?;
+        Ok(InputIdentity {
+            path: canonical(path).display().to_string(),
+            len,
+            head: format!("{:016x}", fnv1a(&head)),
         })
-        .collect();
-    let schema = Arc::new(Schema::new(fields));
-    file.seek(SeekFrom::Start(0))
-        .map_err(|e| input_err(path, e))?;
-    let reader = arrow::csv::ReaderBuilder::new(schema.clone())
-        .with_format(format)
-        .with_batch_size(8192)
-        .build(file)
-        .map_err(|e| input_err(path, e))?;
-    let batches = reader
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| input_err(path, e))?;
-    Ok((schema, batches))
-}
-
-fn read_parquet(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let file = File::open(path).map_err(|e| input_err(path, e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| input_err(path, e))?;
-    let schema = builder.schema().clone();
-    let reader = builder.build().map_err(|e| input_err(path, e))?;
-    let batches = reader
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| input_err(path, e))?;
-    Ok((schema, batches))
-}
-
-/// Cut batches into chunks of at most `n` rows, in order.
-pub fn rechunk(batches: &[RecordBatch], n: usize) -> Vec<Vec<RecordBatch>> {
-    let n = n.max(1);
-    let mut out: Vec<Vec<RecordBatch>> = Vec::new();
-    let mut cur: Vec<RecordBatch> = Vec::new();
-    let mut filled = 0;
-    for b in batches {
-        let mut off = 0;
-        while off < b.num_rows() {
-            let take = (n - filled).min(b.num_rows() - off);
-            cur.push(b.slice(off, take));
-            off += take;
-            filled += take;
-            if filled == n {
-                out.push(std::mem::take(&mut cur));
-                filled = 0;
-            }
-        }
     }
-    if !cur.is_empty() {
-        out.push(cur);
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// `path` made absolute with symlinks resolved; for a file that does not
+/// exist yet, its directory's canonical path joined with its name.
+pub fn canonical(path: &Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
     }
-    out
+    let name = path.file_name().map(|n| n.to_os_string());
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    match (std::fs::canonicalize(&dir), name) {
+        (Ok(d), Some(n)) => d.join(n),
+        _ => path.to_path_buf(),
+    }
 }
 
-/// Where emitted rows go.
-pub enum Sink {
-    /// CSV to a file or stdout, header first.
-    Csv {
-        /// Where.
-        path: PathBuf,
-        /// The writer.
-        writer: arrow::csv::Writer<Box<dyn Write>>,
-    },
-    /// A Parquet file.
-    Parquet {
-        /// Where.
-        path: PathBuf,
-        /// The writer.
-        writer: ArrowWriter<File>,
-    },
+enum Inner {
+    Csv(Box<csv_input::CsvInput>),
+    Parquet(Box<parquet_input::ParquetInput>),
 }
 
-impl Sink {
-    /// Open a sink: `-` is CSV on stdout, otherwise by extension.
-    pub fn open(path: &Path, schema: SchemaRef) -> Result<Sink> {
-        let out_err = |e: &dyn std::fmt::Display| Error::Output {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        };
-        if path.as_os_str() == "-" {
-            let w: Box<dyn Write> = Box::new(std::io::stdout());
-            return Ok(Sink::Csv {
-                path: path.to_path_buf(),
-                writer: arrow::csv::WriterBuilder::new().with_header(true).build(w),
-            });
-        }
-        match format_of(path) {
-            Some(FileFormat::Csv) => {
-                let f = File::create(path).map_err(|e| out_err(&e))?;
-                let w: Box<dyn Write> = Box::new(std::io::BufWriter::new(f));
-                Ok(Sink::Csv {
-                    path: path.to_path_buf(),
-                    writer: arrow::csv::WriterBuilder::new().with_header(true).build(w),
-                })
-            }
-            Some(FileFormat::Parquet) => {
-                let f = File::create(path).map_err(|e| out_err(&e))?;
-                let writer = ArrowWriter::try_new(f, schema, None).map_err(|e| out_err(&e))?;
-                Ok(Sink::Parquet {
-                    path: path.to_path_buf(),
-                    writer,
-                })
-            }
-            None => Err(out_err(
-                &"unknown format: the file name must end in .csv or .parquet, or be `-`",
+/// A CSV or Parquet input read a chunk at a time.
+pub struct InputReader {
+    path: PathBuf,
+    inner: Inner,
+    identity: InputIdentity,
+}
+
+impl InputReader {
+    /// Open an input by its extension. `event_time` is the source's
+    /// event-time column. With `declared`, that schema wins: the file must
+    /// have exactly its columns (in any order) and each cell is read as its
+    /// declared type. Otherwise a Parquet file's own schema is used, and a
+    /// CSV file's types are inferred from the whole file, read once as a
+    /// stream: a column is `BIGINT` (or `DOUBLE`) when at least 99% of its
+    /// non-empty cells are numbers, `BOOLEAN` when all are `true`/`false`,
+    /// `TIMESTAMP` (or `DATE`) when at least 99% are timestamps, else text;
+    /// the cells that do not parse refuse their rows. [`Self::notes`] says
+    /// when that happened, and when a column mostly of numbers was read as
+    /// text.
+    pub fn open(path: &Path, event_time: &str, declared: Option<&SchemaRef>) -> Result<Self> {
+        let identity = InputIdentity::of(path)?;
+        let inner = match format_of(path) {
+            Some(FileFormat::Csv) => Inner::Csv(Box::new(csv_input::CsvInput::open(
+                path, event_time, declared,
+            )?)),
+            Some(FileFormat::Parquet) => Inner::Parquet(Box::new(
+                parquet_input::ParquetInput::open(path, event_time, declared)?,
             )),
+            None => {
+                return Err(input_err(
+                    path,
+                    "unknown format: the file name must end in .csv or .parquet",
+                ))
+            }
+        };
+        Ok(InputReader {
+            path: path.to_path_buf(),
+            inner,
+            identity,
+        })
+    }
+
+    /// The file, as given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema of the batches this reader gives.
+    pub fn schema(&self) -> &SchemaRef {
+        match &self.inner {
+            Inner::Csv(c) => c.schema(),
+            Inner::Parquet(p) => p.schema(),
         }
     }
 
-    /// Write emitted rows.
-    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        match self {
-            Sink::Csv { path, writer } => writer.write(batch).map_err(|e| Error::Output {
-                path: path.clone(),
-                message: e.to_string(),
-            }),
-            Sink::Parquet { path, writer } => writer.write(batch).map_err(|e| Error::Output {
-                path: path.clone(),
-                message: e.to_string(),
-            }),
+    /// What inference noticed that a reader should be told (CSV).
+    pub fn notes(&self) -> &[String] {
+        match &self.inner {
+            Inner::Csv(c) => c.notes(),
+            Inner::Parquet(_) => &[],
         }
     }
 
-    /// Flush and close.
-    pub fn close(self) -> Result<()> {
-        match self {
-            Sink::Csv { path, writer } => {
-                let mut inner = writer.into_inner();
-                inner.flush().map_err(|e| Error::Output {
-                    path,
-                    message: e.to_string(),
-                })
-            }
-            Sink::Parquet { path, writer } => {
-                writer.close().map(|_| ()).map_err(|e| Error::Output {
-                    path,
-                    message: e.to_string(),
-                })
-            }
+    /// The file's identity when it was opened.
+    pub fn identity(&self) -> &InputIdentity {
+        &self.identity
+    }
+
+    /// Where the reader is.
+    pub fn position(&self) -> InputPosition {
+        match &self.inner {
+            Inner::Csv(c) => c.position(),
+            Inner::Parquet(p) => p.position(),
+        }
+    }
+
+    /// Continue from `to`, without reading what comes before it when the
+    /// position says where that is (a CSV byte offset, Parquet row groups).
+    pub fn seek(&mut self, to: &InputPosition) -> Result<()> {
+        match &mut self.inner {
+            Inner::Csv(c) => c.seek(to),
+            Inner::Parquet(p) => p.seek(to),
+        }
+    }
+
+    /// The next `n` rows of the file (fewer at its end; `rows == 0` when done).
+    pub fn next_chunk(&mut self, n: usize) -> Result<Chunk> {
+        match &mut self.inner {
+            Inner::Csv(c) => c.next_chunk(n.max(1)),
+            Inner::Parquet(p) => p.next_chunk(n.max(1)),
         }
     }
 }

@@ -1,0 +1,238 @@
+//! Typing the columns an input reader read: each column is cast to its
+//! declared or inferred type, and a cell that was there but does not convert
+//! makes its row refused (with file, line, column, value and reason), never
+//! silently NULL.
+
+use std::collections::BTreeMap;
+
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::compute::{cast_with_options, filter_record_batch, CastOptions};
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+
+use crate::engine::InvalidRow;
+use crate::error::{Error, Result};
+
+/// A row of an input that was refused before it became part of a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// Its 1-based line (CSV, as an editor shows it) or row (Parquet).
+    pub line: u64,
+    /// Where it is in its file, in words: `line 57` (CSV, 1-based as an
+    /// editor shows it) or `row 17` (Parquet, 1-based).
+    pub place: String,
+    /// The row as the engine keeps it (see [`crate::Engine::push_invalid`]).
+    pub row: InvalidRow,
+}
+
+impl Refused {
+    /// The refusal in words, naming place, column, value and reason:
+    /// ``line 57: column `price`: "n/a" is not a valid Int64``.
+    pub fn describe(&self) -> String {
+        match &self.row.column {
+            Some(c) => format!("{}: column `{c}`: {}", self.place, self.row.reason),
+            None => format!("{}: {}", self.place, self.row.reason),
+        }
+    }
+}
+
+/// Where each row of a chunk comes from: its line (or row) number, its
+/// place in words and its `file:line` location.
+pub(crate) trait Locate {
+    /// `(line, place, location)` of row `i` of the chunk.
+    fn locate(&self, i: usize) -> (u64, String, String);
+}
+
+/// Casts `raw` (one array per field of `schema`, same order) to `schema`.
+/// Returns the rows whose every cell converted, as a batch of `schema`
+/// (`None` when no row did), and a refusal for every other row, in row
+/// order. A NULL cell stays NULL; a cell that was not NULL and becomes NULL
+/// is a bad cell. `event_time` is the index of the event-time column, read
+/// for the refused rows when it converted.
+pub(crate) fn type_columns(
+    path: &std::path::Path,
+    raw: &[ArrayRef],
+    schema: &SchemaRef,
+    event_time: usize,
+    at: &dyn Locate,
+) -> Result<(Option<RecordBatch>, Vec<Refused>)> {
+    let rows = raw.first().map(|a| a.len()).unwrap_or(0);
+    let opts = CastOptions {
+        safe: true,
+        format_options: FormatOptions::default(),
+    };
+    let mut typed = Vec::with_capacity(raw.len());
+    // row -> its first bad cell (column, value, reason) and how many more
+    let mut bad: BTreeMap<usize, (usize, Option<String>, String, usize)> = BTreeMap::new();
+    for (ci, (src, field)) in raw.iter().zip(schema.fields()).enumerate() {
+        if src.data_type() == field.data_type() {
+            typed.push(src.clone());
+            continue;
+        }
+        let dst = cast_with_options(src.as_ref(), field.data_type(), &opts).map_err(|e| {
+            Error::Input {
+                path: path.to_path_buf(),
+                message: format!(
+                    "column `{}` holds {} values, which cannot be read as {}: {e}",
+                    field.name(),
+                    type_name(src.data_type()),
+                    type_name(field.data_type())
+                ),
+            }
+        })?;
+        if dst.null_count() > src.null_count() {
+            let fmt = ArrayFormatter::try_new(src.as_ref(), &FormatOptions::default())?;
+            for r in 0..rows {
+                if src.is_valid(r) && dst.is_null(r) {
+                    match bad.get_mut(&r) {
+                        Some(e) => e.3 += 1,
+                        None => {
+                            let value = fmt.value(r).to_string();
+                            let reason = format!(
+                                "{value:?} is not a valid {}",
+                                type_name(field.data_type())
+                            );
+                            bad.insert(r, (ci, Some(value), reason, 0));
+                        }
+                    }
+                }
+            }
+        }
+        typed.push(dst);
+    }
+    // an empty event time refuses its row here, where its line is known
+    if let Some(t) = typed.get(event_time) {
+        if t.null_count() > 0 {
+            for r in (0..rows).filter(|&r| t.is_null(r)) {
+                bad.entry(r).or_insert_with(|| {
+                    (
+                        event_time,
+                        None,
+                        "the event time is empty (NULL)".to_string(),
+                        0,
+                    )
+                });
+            }
+        }
+    }
+    let batch = RecordBatch::try_new(schema.clone(), typed)?;
+    if bad.is_empty() {
+        return Ok(((rows > 0).then_some(batch), Vec::new()));
+    }
+    let times = crate::time::to_millis(batch.column(event_time).as_ref()).ok();
+    let mut refused = Vec::with_capacity(bad.len());
+    for (&r, (ci, value, reason, more)) in &bad {
+        let field = schema.field(*ci);
+        let (line, place, location) = at.locate(r);
+        let mut reason = reason.clone();
+        if *more > 0 {
+            reason.push_str(&format!(
+                " (and {more} more cell{} of this row do{} not parse)",
+                if *more == 1 { "" } else { "s" },
+                if *more == 1 { "es" } else { "" }
+            ));
+        }
+        refused.push(Refused {
+            line,
+            place,
+            row: InvalidRow {
+                location: Some(location),
+                column: Some(field.name().clone()),
+                value: value.clone(),
+                reason,
+                event_time: times
+                    .as_ref()
+                    .and_then(|t| t.is_valid(r).then_some(t.value(r))),
+            },
+        });
+    }
+    let keep: BooleanArray = (0..rows).map(|r| Some(!bad.contains_key(&r))).collect();
+    let good = filter_record_batch(&batch, &keep)?;
+    Ok(((good.num_rows() > 0).then_some(good), refused))
+}
+
+/// A type as the messages name it: the SQL name a `schema = "…"` would use,
+/// then Arrow's.
+pub fn type_name(dt: &DataType) -> String {
+    let sql = match dt {
+        DataType::Int64 => "BIGINT",
+        DataType::Int32 => "INT",
+        DataType::Int16 => "SMALLINT",
+        DataType::Int8 => "TINYINT",
+        DataType::Float64 => "DOUBLE",
+        DataType::Float32 => "FLOAT",
+        DataType::Boolean => "BOOLEAN",
+        DataType::Utf8 => "VARCHAR",
+        DataType::Date32 => "DATE",
+        DataType::Timestamp(_, _) => "TIMESTAMP",
+        DataType::Decimal128(p, s) => return format!("DECIMAL({p},{s})"),
+        other => return other.to_string(),
+    };
+    sql.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{Field, Schema};
+
+    use super::*;
+
+    struct Lines;
+    impl Locate for Lines {
+        fn locate(&self, i: usize) -> (u64, String, String) {
+            let l = i as u64 + 2;
+            (l, format!("line {l}"), format!("f.csv:{l}"))
+        }
+    }
+
+    #[test]
+    fn a_cell_that_does_not_parse_refuses_its_row_and_keeps_the_rest() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("price", DataType::Int64, true),
+            Field::new("ts", DataType::Int64, true),
+        ]));
+        let raw: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec![
+                Some("1"),
+                Some("n/a"),
+                None,
+                Some("x"),
+            ])),
+            Arc::new(StringArray::from(vec![
+                Some("10"),
+                Some("20"),
+                Some("30"),
+                Some("y"),
+            ])),
+        ];
+        let (good, refused) =
+            type_columns(std::path::Path::new("f.csv"), &raw, &schema, 1, &Lines).expect("typed");
+        let good = good.expect("rows");
+        assert_eq!(
+            good.num_rows(),
+            2,
+            "the NULL cell stays NULL, its row is kept"
+        );
+        let ts = good
+            .column(1)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("i64");
+        assert_eq!(ts.values().to_vec(), vec![10, 30]);
+        assert_eq!(refused.len(), 2);
+        assert_eq!(
+            refused[0].describe(),
+            "line 3: column `price`: \"n/a\" is not a valid BIGINT"
+        );
+        assert_eq!(refused[0].row.location.as_deref(), Some("f.csv:3"));
+        assert_eq!(refused[0].row.event_time, Some(20));
+        assert!(refused[1]
+            .row
+            .reason
+            .contains("and 1 more cell of this row does not parse"));
+        assert_eq!(refused[1].row.event_time, None);
+    }
+}
