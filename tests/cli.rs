@@ -190,3 +190,450 @@ fn demo_runs_and_shows_windows_closing() {
     assert!(text.contains("epoch"), "{text}");
     assert!(text.contains("done in"), "{text}");
 }
+
+#[path = "common/bin.rs"]
+mod bin;
+
+/// `n` in-order bids with integer millisecond times, as CSV text.
+fn int_bids(n: usize) -> String {
+    let mut s = String::from("auction,price,ts\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "{},{},{}\n",
+            i % 5,
+            1 + (i * 7) % 97,
+            1_000 + i * 173
+        ));
+    }
+    s
+}
+
+fn run_args(view: &Path, input: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a = vec![
+        "run".to_string(),
+        "--view".into(),
+        view.display().to_string(),
+        "--input".into(),
+        format!("bids={}", input.display()),
+        "--rows-per-trigger".into(),
+        "20".into(),
+    ];
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+#[test]
+fn a_declared_schema_wins_and_the_header_must_match_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let declared = |schema: &str| {
+        VIEW.replace(
+            "event_time = \"ts\"",
+            &format!("event_time = \"ts\"\nschema = \"{schema}\""),
+        )
+    };
+    let view = write(
+        dir.path(),
+        "v.toml",
+        &declared("auction BIGINT, price DOUBLE, ts BIGINT"),
+    );
+    let input = write(
+        dir.path(),
+        "bids.csv",
+        "auction,price,ts\n1,10,1000\n1,30,2000\n2,5,12000\n",
+    );
+    let out = dir.path().join("out.csv");
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &["--output", out.to_str().expect("utf8")],
+    ));
+    assert!(o.ok(), "{}", o.stderr);
+    // SUM over the declared DOUBLE, not over an inferred BIGINT
+    assert_eq!(rows(&out), vec!["0,10000,1,2,40.0", "10000,20000,2,1,5.0"]);
+
+    let short = write(
+        dir.path(),
+        "short.toml",
+        &declared("auction BIGINT, ts BIGINT"),
+    );
+    let o = bin::run(run_args(&short, &input, &[]));
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    for needle in ["bids.csv", "auction, price, ts", "not declared: price"] {
+        assert!(o.stderr.contains(needle), "no {needle:?} in {}", o.stderr);
+    }
+}
+
+#[test]
+fn a_resume_whose_output_does_not_match_the_checkpoint_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let view = write(dir.path(), "v.toml", VIEW);
+    let input = write(dir.path(), "bids.csv", &int_bids(200));
+    let out = dir.path().join("out.csv");
+    let clean = dir.path().join("clean.csv");
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &["--output", clean.to_str().expect("utf8")],
+    ));
+    assert!(o.ok(), "{}", o.stderr);
+    let root = bin::url(&dir.path().join("state"));
+    let first = bin::run(run_args(
+        &view,
+        &input,
+        &[
+            "--output",
+            out.to_str().expect("utf8"),
+            "--state-root",
+            &root,
+            "--max-triggers",
+            "5",
+        ],
+    ));
+    assert!(first.ok(), "{}", first.stderr);
+    let committed = std::fs::read(&out).expect("out");
+    assert!(!committed.is_empty());
+
+    // without --output, and with another file: refused, saying which file
+    let o = bin::run(run_args(&view, &input, &["--state-root", &root]));
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("resume with --output") && o.stderr.contains("out.csv"),
+        "{}",
+        o.stderr
+    );
+    let other = dir.path().join("other.csv");
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &[
+            "--output",
+            other.to_str().expect("utf8"),
+            "--state-root",
+            &root,
+        ],
+    ));
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("out.csv") && !other.exists(),
+        "{}",
+        o.stderr
+    );
+    // a file shorter than what was committed
+    std::fs::write(&out, &committed[..committed.len() / 2]).expect("shorten");
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &[
+            "--output",
+            out.to_str().expect("utf8"),
+            "--state-root",
+            &root,
+        ],
+    ));
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("committed") && o.stderr.contains("Restore the file"),
+        "{}",
+        o.stderr
+    );
+    // the right file: the run completes, every row once
+    std::fs::write(&out, &committed).expect("restore");
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &[
+            "--output",
+            out.to_str().expect("utf8"),
+            "--state-root",
+            &root,
+        ],
+    ));
+    assert!(o.ok(), "{}", o.stderr);
+    assert_eq!(rows(&out), rows(&clean));
+
+    // a checkpoint written without --output cannot be resumed with one
+    let root2 = bin::url(&dir.path().join("state2"));
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &["--state-root", &root2, "--max-triggers", "2"],
+    ));
+    assert!(o.ok(), "{}", o.stderr);
+    let late = dir.path().join("late.csv");
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &[
+            "--output",
+            late.to_str().expect("utf8"),
+            "--state-root",
+            &root2,
+        ],
+    ));
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(o.stderr.contains("without --output"), "{}", o.stderr);
+    assert!(!late.exists(), "a refused resume creates no output");
+}
+
+#[test]
+fn a_finished_run_is_not_run_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let view = write(
+        dir.path(),
+        "v.toml",
+        &VIEW.replace("output = \"append\"", "output = \"complete\""),
+    );
+    let input = write(dir.path(), "bids.csv", &int_bids(120));
+    let out = dir.path().join("out.csv");
+    let root = bin::url(&dir.path().join("state"));
+    let args = run_args(
+        &view,
+        &input,
+        &[
+            "--output",
+            out.to_str().expect("utf8"),
+            "--state-root",
+            &root,
+        ],
+    );
+    let o = bin::run(&args);
+    assert!(o.ok(), "{}", o.stderr);
+    let done = std::fs::read(&out).expect("out");
+    let o = bin::run(&args);
+    assert!(o.ok(), "{}", o.stderr);
+    assert!(o.stderr.contains("already finished"), "{}", o.stderr);
+    assert_eq!(std::fs::read(&out).expect("out"), done, "nothing appended");
+}
+
+#[test]
+fn the_report_does_not_repeat_epochs_after_a_resume() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let view = write(dir.path(), "v.toml", VIEW);
+    let input = write(dir.path(), "bids.csv", &int_bids(200));
+    let rep = dir.path().join("report.jsonl");
+    let root = bin::url(&dir.path().join("state"));
+    let r = rep.to_str().expect("utf8");
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &["--report", r, "--state-root", &root, "--max-triggers", "2"],
+    ));
+    assert!(o.ok(), "{}", o.stderr);
+    // a killed run wrote epoch 3's line, but its checkpoint never committed
+    let mut text = std::fs::read_to_string(&rep).expect("report");
+    text.push_str("{\"epoch\":3,\"view\":\"bids_per_auction\",\"output_rows\":99}\n{\"epo");
+    std::fs::write(&rep, text).expect("report");
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &["--report", r, "--state-root", &root],
+    ));
+    assert!(o.ok(), "{}", o.stderr);
+    let epochs: Vec<u64> = bin::report(&rep)
+        .iter()
+        .map(|l| l["epoch"].as_u64().expect("epoch"))
+        .collect();
+    assert_eq!(
+        epochs,
+        (1..=11).collect::<Vec<u64>>(),
+        "each epoch once, in order"
+    );
+}
+
+#[test]
+fn a_resume_over_another_or_a_shorter_input_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let view = write(dir.path(), "v.toml", VIEW);
+    let text = int_bids(400);
+    let input = write(dir.path(), "bids.csv", &text);
+    let root = bin::url(&dir.path().join("state"));
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &["--state-root", &root, "--max-triggers", "2"],
+    ));
+    assert!(o.ok(), "{}", o.stderr);
+    // another file under the same name
+    std::fs::write(&input, text.replacen("0,1,1000", "0,2,1000", 1)).expect("rewrite");
+    let o = bin::run(run_args(&view, &input, &["--state-root", &root]));
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("not the file the checkpoint at epoch 2 read"),
+        "{}",
+        o.stderr
+    );
+    // the same file, cut short
+    std::fs::write(&input, &text[..text.len() / 2]).expect("cut");
+    let o = bin::run(run_args(&view, &input, &["--state-root", &root]));
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(o.stderr.contains("is shorter"), "{}", o.stderr);
+    // the same file, grown: resumes
+    std::fs::write(&input, format!("{text}1,1,999999\n")).expect("grow");
+    let o = bin::run(run_args(&view, &input, &["--state-root", &root]));
+    assert!(o.ok(), "{}", o.stderr);
+}
+
+#[test]
+fn resumed_csv_and_parquet_inputs_continue_at_their_offset() {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let view = write(dir.path(), "v.toml", VIEW);
+    let text = int_bids(300);
+    let csv_in = write(dir.path(), "bids.csv", &text);
+    // the same rows as Parquet, in row groups of 32 (a resume skips whole groups)
+    let vals: Vec<Vec<i64>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(|v| v.parse().expect("int")).collect())
+        .collect();
+    let schema = Arc::new(Schema::new(
+        ["auction", "price", "ts"]
+            .iter()
+            .map(|n| Field::new(*n, DataType::Int64, false))
+            .collect::<Vec<_>>(),
+    ));
+    let cols = (0..3)
+        .map(|i| Arc::new(Int64Array::from_iter_values(vals.iter().map(|r| r[i]))) as _)
+        .collect();
+    let batch = RecordBatch::try_new(schema.clone(), cols).expect("batch");
+    let pq_in = dir.path().join("bids.parquet");
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(32))
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&pq_in).expect("create"),
+        schema,
+        Some(props),
+    )
+    .expect("writer");
+    w.write(&batch).expect("write");
+    w.close().expect("close");
+
+    let clean = dir.path().join("clean.csv");
+    let o = bin::run(run_args(
+        &view,
+        &csv_in,
+        &["--output", clean.to_str().expect("utf8")],
+    ));
+    assert!(o.ok(), "{}", o.stderr);
+    for (name, input) in [("csv", &csv_in), ("pq", &pq_in)] {
+        let out = dir.path().join(format!("{name}.csv"));
+        let root = bin::url(&dir.path().join(format!("state-{name}")));
+        let o = out.to_str().expect("utf8");
+        for limit in ["3", "4", "1"] {
+            let r = bin::run(run_args(
+                &view,
+                input,
+                &[
+                    "--output",
+                    o,
+                    "--state-root",
+                    &root,
+                    "--max-triggers",
+                    limit,
+                ],
+            ));
+            assert!(r.ok(), "{}", r.stderr);
+        }
+        let r = bin::run(run_args(
+            &view,
+            input,
+            &["--output", o, "--state-root", &root],
+        ));
+        assert!(r.ok(), "{}", r.stderr);
+        assert_eq!(rows(&out), rows(&clean), "{name}");
+    }
+}
+
+#[test]
+fn inspect_reads_only_and_marks_broken_epochs_and_the_lease() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such-root");
+    let o = bin::run(["inspect", bin::url(&missing).as_str()]);
+    assert_eq!(o.code, Some(1), "{}", o.stdout);
+    assert!(o.stderr.contains("does not exist"), "{}", o.stderr);
+    assert!(!missing.exists(), "inspect created the state root");
+
+    let view = write(dir.path(), "v.toml", VIEW);
+    let input = write(dir.path(), "bids.csv", &int_bids(200));
+    let state = dir.path().join("state");
+    let root = bin::url(&state);
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &["--state-root", &root, "--max-triggers", "3"],
+    ));
+    assert!(o.ok(), "{}", o.stderr);
+    let o = bin::run(["inspect", root.as_str()]);
+    assert!(o.ok(), "{}", o.stderr);
+    assert!(o.stdout.contains("writer lease: free"), "{}", o.stdout);
+    assert!(!o.stdout.contains("BROKEN"), "{}", o.stdout);
+    // cut a state file of the newest epoch; leave a garbage lease
+    let vdir = state.join("bids_per_auction");
+    let file = std::fs::read_dir(vdir.join("epoch=000003"))
+        .expect("epoch 3")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .expect("a state file");
+    let bytes = std::fs::read(&file).expect("state file");
+    std::fs::write(&file, &bytes[..bytes.len() / 2]).expect("cut");
+    std::fs::write(vdir.join("_thund_writer.json"), "garbage").expect("lease");
+    let o = bin::run(["inspect", root.as_str()]);
+    assert!(o.ok(), "{}", o.stderr);
+    let epoch3 = o
+        .stdout
+        .lines()
+        .find(|l| l.contains("epoch 3:"))
+        .unwrap_or_else(|| panic!("no epoch 3 in {}", o.stdout));
+    assert!(epoch3.contains("BROKEN"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("writer lease: UNREADABLE"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("resumes from epoch 2"), "{}", o.stdout);
+}
+
+#[test]
+fn a_held_lease_is_taken_over_only_on_purpose() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let view = write(dir.path(), "v.toml", VIEW);
+    let input = write(dir.path(), "bids.csv", &int_bids(100));
+    let state = dir.path().join("state");
+    let root = bin::url(&state);
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &["--state-root", &root, "--max-triggers", "1"],
+    ));
+    assert!(o.ok(), "{}", o.stderr);
+    let lease = state.join("bids_per_auction").join("_thund_writer.json");
+    let foreign = r#"{"owner":"0123456789abcdef0123456789abcdef","pid":4242,"hostname":"another-host.invalid","process_start":null,"acquired_at_ms":1767225600000}"#;
+    for content in [foreign, "not json"] {
+        std::fs::write(&lease, content).expect("lease");
+        let o = bin::run(run_args(
+            &view,
+            &input,
+            &["--state-root", &root, "--max-triggers", "1"],
+        ));
+        assert_eq!(o.code, Some(1), "{}", o.stderr);
+        assert!(o.stderr.contains("--takeover"), "{}", o.stderr);
+        assert!(!o.stderr.contains("Takeover::"), "{}", o.stderr);
+        let o = bin::run(run_args(
+            &view,
+            &input,
+            &["--state-root", &root, "--max-triggers", "1", "--takeover"],
+        ));
+        assert!(o.ok(), "{}", o.stderr);
+    }
+    let help = bin::run(["run", "--help"]);
+    assert!(
+        help.stdout.contains("--takeover") && help.stdout.contains("RISK"),
+        "{}",
+        help.stdout
+    );
+}
