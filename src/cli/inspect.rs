@@ -101,7 +101,7 @@ fn lease_text(lease: Option<std::result::Result<LeaseInfo, String>>) -> String {
                 "if that process is gone (another host, a replaced container), `thund run --takeover` takes it over"
             };
             format!(
-                "held by pid {} on host `{}` since {} ({state})",
+                "held by pid {} on host `{}` since {}; {state}",
                 l.pid,
                 l.hostname,
                 display(Some(l.acquired_at_ms))
