@@ -360,6 +360,31 @@ fn event_times_whose_windows_do_not_fit_are_invalid_on_both_paths() {
 }
 
 #[test]
+fn an_event_time_that_does_not_fit_does_not_move_the_watermark() {
+    for mode in [ExecMode::Auto, ExecMode::Recompute] {
+        let first = ints(&[1, 1], &[Some(1), Some(1)], &[1_000, i64::MAX - 1]);
+        let mut e = Engine::builder().build().expect("engine");
+        e.create_view(
+            ViewSpec::builder("v", "SELECT COUNT(*) AS c FROM t")
+                .source("t", "ts", first.schema())
+                .window(WindowSpec::tumbling(Duration::from_millis(10)))
+                .mode(mode)
+                .build()
+                .expect("spec"),
+        )
+        .expect("view");
+        e.push("t", first).expect("push");
+        let r = e.trigger().expect("trigger");
+        assert_eq!(r.views[0].watermark, Some(1_000), "{mode:?}");
+        e.push("t", ints(&[1], &[Some(1)], &[1_005])).expect("push");
+        e.trigger().expect("trigger");
+        e.finish().expect("finish");
+        let c = e.counters("v").expect("counters");
+        assert_eq!((c.invalid_rows, c.late_rows_dropped), (1, 0), "{mode:?}");
+    }
+}
+
+#[test]
 fn a_zero_slide_is_refused_not_a_panic() {
     assert!(thund::window::TimeWindows::new(1_000, 0, 0).is_none());
     let err = ViewSpec::builder("v", "SELECT COUNT(*) AS c FROM t")

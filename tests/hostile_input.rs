@@ -1,7 +1,8 @@
 //! Hostile inputs against the real `thund run`: generated files with a bad
 //! cell at a random row of a random numeric column, ragged rows, empty and
 //! header-only CSVs, truncated and zero-byte Parquet files, unwritable
-//! outputs and an output that is an input. For each: the exit code, a
+//! outputs, an output that is an input, NaN/±0.0/±∞ prices and event times
+//! at the limits of `i64`. For each: the exit code, a
 //! message that names the file, line and column, that no row already emitted
 //! is lost, and that the results over the good rows equal a run over the
 //! good rows alone.
@@ -201,6 +202,160 @@ fn bad_row_case(seed: u64) {
 fn a_bad_cell_or_a_ragged_row_refuses_that_row_only() {
     for seed in 1..=cases() {
         bad_row_case(seed);
+    }
+}
+
+/// PostgreSQL's float order (README, "Arithmetic"): NaN above every number.
+fn pg_cmp(a: f64, b: f64) -> std::cmp::Ordering {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => std::cmp::Ordering::Equal,
+        (true, false) => std::cmp::Ordering::Greater,
+        (false, true) => std::cmp::Ordering::Less,
+        _ => a.partial_cmp(&b).expect("numbers"),
+    }
+}
+
+const SPECIAL_PRICES: [&str; 6] = ["NaN", "-0.0", "0.0", "inf", "-inf", "-0"];
+
+/// One random case of special floats and event times at the limits of
+/// `i64`: both paths give the rule's answer for every window and auction,
+/// the rows whose windows do not fit are refused at their line, and the rest
+/// equals the run without them.
+fn special_values_case(seed: u64) {
+    let f = files();
+    let mut r = SplitMix::new(seed);
+    let n = 100 + r.below(900) as usize;
+    let per = 20 + r.below(200) as usize;
+    let mut good: Vec<Vec<String>> = bids(&mut r, n).into_iter().map(|b| b.to_vec()).collect();
+    for row in &mut good {
+        row[1] = if r.below(4) == 0 {
+            SPECIAL_PRICES[r.below(SPECIAL_PRICES.len() as u64) as usize].to_string()
+        } else {
+            format!("{}", (r.below(160) as f64 - 80.0) / 8.0)
+        };
+    }
+    let mut all = good.clone();
+    let mut extreme_lines = Vec::new();
+    for _ in 0..1 + r.below(3) {
+        let at = r.below(all.len() as u64 + 1) as usize;
+        let ts = if r.below(2) == 0 {
+            i64::MAX - r.below(1000) as i64
+        } else {
+            i64::MIN + r.below(1000) as i64
+        };
+        all.insert(
+            at,
+            vec![r.below(8).to_string(), "1.5".into(), ts.to_string()],
+        );
+        extreme_lines.iter_mut().for_each(|l: &mut usize| {
+            if *l >= at + 2 {
+                *l += 1
+            }
+        });
+        extreme_lines.push(at + 2);
+    }
+    let input = write(&f.dir, "bids.csv", &csv_text(&all));
+    let good_in = write(&f.dir, "good.csv", &csv_text(&good));
+    let ctx = format!(
+        "seed {seed}: {n} rows, {per} per trigger, extreme times at lines {extreme_lines:?}"
+    );
+    let recompute = write(
+        &f.dir,
+        "r.toml",
+        &VIEW.replace(
+            "output = \"append\"",
+            "output = \"append\"\nmode = \"recompute\"",
+        ),
+    );
+    let clean = f.dir.join("clean.csv");
+    assert!(run(args(&f.view, &good_in, per, &clean)).ok(), "{ctx}");
+    let mut outs = Vec::new();
+    for view in [&f.view, &recompute] {
+        let out = f.dir.join("out.csv");
+        let o = run(args(view, &input, per, &out));
+        assert!(o.ok(), "{ctx}: {}", o.stderr);
+        for l in &extreme_lines {
+            let needle = format!("line {l}: column `ts`: event time");
+            assert!(
+                o.stderr.contains(&needle),
+                "{ctx}: no {needle:?} in {}",
+                o.stderr
+            );
+        }
+        assert!(
+            o.stderr.contains("do not fit in i64"),
+            "{ctx}: {}",
+            o.stderr
+        );
+        assert!(
+            o.stderr
+                .contains(&format!("{} invalid", extreme_lines.len())),
+            "{ctx}: {}",
+            o.stderr
+        );
+        outs.push(csv_rows(&out));
+    }
+    assert_eq!(outs[0], outs[1], "{ctx}: the paths differ");
+    assert_eq!(
+        outs[0],
+        csv_rows(&clean),
+        "{ctx}: the refused rows changed the rest"
+    );
+    // the rule, folded here: -0.0 = 0.0, NaN above every number
+    let mut want: std::collections::BTreeMap<(i64, i64), (u64, f64, f64, f64)> = Default::default();
+    for row in &good {
+        let (a, p, t): (i64, f64, i64) = (
+            row[0].parse().expect("auction"),
+            row[1].parse().expect("price"),
+            row[2].parse().expect("ts"),
+        );
+        let e = want
+            .entry((t.div_euclid(2000) * 2000, a))
+            .or_insert((0, 0.0, p, p));
+        e.0 += 1;
+        e.1 += p;
+        if pg_cmp(p, e.2).is_lt() {
+            e.2 = p;
+        }
+        if pg_cmp(p, e.3).is_gt() {
+            e.3 = p;
+        }
+    }
+    let got: Vec<(i64, i64, u64, f64, f64, f64)> = outs[0]
+        .iter()
+        .map(|l| {
+            let c: Vec<&str> = l.split(',').collect();
+            let f = |i: usize| c[i].parse::<f64>().unwrap_or_else(|_| panic!("{ctx}: {l}"));
+            (
+                c[0].parse().expect("start"),
+                c[2].parse().expect("auction"),
+                c[3].parse().expect("bids"),
+                f(4),
+                f(5),
+                f(6),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), want.len(), "{ctx}");
+    for (w, a, count, sum, low, high) in got {
+        let &(c, s, lo, hi) = want
+            .get(&(w, a))
+            .unwrap_or_else(|| panic!("{ctx}: no window {w} auction {a}"));
+        let same = |x: f64, y: f64| {
+            pg_cmp(x, y).is_eq()
+                && x.is_sign_negative() == (y.is_sign_negative() && y != 0.0 && !y.is_nan())
+        };
+        assert_eq!(count, c, "{ctx}: count of {w}/{a}");
+        assert!(same(sum, s), "{ctx}: sum of {w}/{a}: {sum} vs {s}");
+        assert!(same(low, lo), "{ctx}: low of {w}/{a}: {low} vs {lo}");
+        assert!(same(high, hi), "{ctx}: high of {w}/{a}: {high} vs {hi}");
+    }
+}
+
+#[test]
+fn special_floats_and_extreme_event_times_follow_the_rule_on_both_paths() {
+    for seed in 1..=cases() {
+        special_values_case(seed);
     }
 }
 

@@ -365,10 +365,12 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         Some(p) if p.as_os_str() != "-" => Some(Opened::open(p)?),
         _ => None,
     };
-    for (r, s) in readers.iter_mut().zip(&starts) {
+    for ((r, s), name) in readers.iter_mut().zip(&starts).zip(&names) {
         if s.rows > 0 {
             r.seek(s)?;
         }
+        // event times no window can place are refused at their line
+        r.set_event_time_domain(engine.event_time_domain(name)?);
     }
     let mut report = match (report_file.as_mut(), a.report.as_deref()) {
         (Some(o), Some(p)) => {

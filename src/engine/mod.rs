@@ -33,6 +33,7 @@ use crate::state::sidecar::{CheckpointOutcome, Sidecar};
 use crate::state::{fingerprint, StateWarning};
 use crate::time::{bound_type, EventTime};
 use crate::watermark::{Clock, WatermarkTracker};
+use crate::window::EventTimeDomain;
 use view::View;
 
 /// Þund's engine: holds views, takes Arrow batches, and at each trigger
@@ -896,6 +897,36 @@ impl Engine {
     /// ```
     pub fn drain_late_rows(&mut self, view: &str) -> Result<RecordBatch> {
         self.view_mut(view)?.rejected.drain()
+    }
+
+    /// The event times every view reading `source` can place: a reader that
+    /// knows where its rows come from refuses the others at their line
+    /// (with [`EventTimeDomain::REASON`]) rather than leave the engine to
+    /// refuse them without a location.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    /// # use thund::{Engine, ViewSpec, WindowSpec};
+    /// # let schema = Arc::new(Schema::new(vec![
+    /// #     Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    /// # ]));
+    /// let mut engine = Engine::builder().build()?;
+    /// engine.create_view(
+    ///     ViewSpec::builder("n", "SELECT COUNT(*) AS n FROM bids")
+    ///         .source("bids", "ts", schema)
+    ///         .window(WindowSpec::tumbling(Duration::from_secs(10)))
+    ///         .build()?,
+    /// )?;
+    /// let domain = engine.event_time_domain("bids")?;
+    /// assert!(domain.holds(1_000) && !domain.holds(i64::MAX));
+    /// # Ok::<(), thund::Error>(())
+    /// ```
+    pub fn event_time_domain(&self, source: &str) -> Result<EventTimeDomain> {
+        let targets = self.targets(source)?;
+        Ok(EventTimeDomain::of(targets.iter().filter_map(|(vi, _)| {
+            self.views[*vi].spec.window.as_ref()
+        })))
     }
 
     /// Rows of `source` that an input reader refused (for instance a CSV

@@ -138,7 +138,16 @@ impl View {
                         });
                     }
                 }
-                let max = times.iter().flatten().max();
+                // an invalid row's event time never moves W (a time past
+                // i64's windows would close every window at once)
+                let max = times
+                    .iter()
+                    .zip(&verdict)
+                    .filter(|(_, v)| {
+                        !matches!(v, Some(Refusal::NullTime | Refusal::Unrepresentable))
+                    })
+                    .filter_map(|(t, _)| t)
+                    .max();
                 if batch.num_rows() > 0 {
                     self.tracker.observe(si, max, now);
                 }

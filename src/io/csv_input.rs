@@ -35,6 +35,7 @@ use super::typing::{type_columns, type_name, Locate, Refused};
 use super::{input_err, Chunk, InputPosition};
 use crate::engine::InvalidRow;
 use crate::error::Result;
+use crate::window::EventTimeDomain;
 
 /// Records read per chunk while inferring types.
 const INFER_CHUNK: usize = 8192;
@@ -513,7 +514,7 @@ impl CsvInput {
     }
 
     /// The next `n` records (fewer at the end; none when done).
-    pub(crate) fn next_chunk(&mut self, n: usize) -> Result<Chunk> {
+    pub(crate) fn next_chunk(&mut self, n: usize, domain: &EventTimeDomain) -> Result<Chunk> {
         let raw = read_raw(
             &self.path,
             &mut self.reader,
@@ -527,8 +528,14 @@ impl CsvInput {
             path: &self.path,
             lines: &raw.lines,
         };
-        let (batch, mut refused) =
-            type_columns(&self.path, &cols, &self.schema, self.event_time, &at)?;
+        let (batch, mut refused) = type_columns(
+            &self.path,
+            &cols,
+            &self.schema,
+            self.event_time,
+            domain,
+            &at,
+        )?;
         if !raw.refused.is_empty() {
             refused.extend(raw.refused);
             refused.sort_by_key(|r| r.line);

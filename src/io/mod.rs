@@ -27,6 +27,7 @@ pub use sink::Sink;
 pub use typing::{type_name, Refused};
 
 use crate::error::{Error, Result};
+use crate::window::EventTimeDomain;
 
 pub(crate) fn input_err(path: &Path, message: impl std::fmt::Display) -> Error {
     Error::Input {
@@ -143,6 +144,7 @@ pub struct InputReader {
     path: PathBuf,
     inner: Inner,
     identity: InputIdentity,
+    domain: EventTimeDomain,
 }
 
 impl InputReader {
@@ -177,6 +179,7 @@ impl InputReader {
             path: path.to_path_buf(),
             inner,
             identity,
+            domain: EventTimeDomain::default(),
         })
     }
 
@@ -223,11 +226,17 @@ impl InputReader {
         }
     }
 
+    /// Refuse, at their line, the rows whose event time is outside `domain`
+    /// (see [`crate::Engine::event_time_domain`]); by default every time is in.
+    pub fn set_event_time_domain(&mut self, domain: EventTimeDomain) {
+        self.domain = domain;
+    }
+
     /// The next `n` rows of the file (fewer at its end; `rows == 0` when done).
     pub fn next_chunk(&mut self, n: usize) -> Result<Chunk> {
         match &mut self.inner {
-            Inner::Csv(c) => c.next_chunk(n.max(1)),
-            Inner::Parquet(p) => p.next_chunk(n.max(1)),
+            Inner::Csv(c) => c.next_chunk(n.max(1), &self.domain),
+            Inner::Parquet(p) => p.next_chunk(n.max(1), &self.domain),
         }
     }
 }

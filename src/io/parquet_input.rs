@@ -13,6 +13,7 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchR
 use super::typing::{type_columns, Locate};
 use super::{input_err, Chunk, InputPosition};
 use crate::error::Result;
+use crate::window::EventTimeDomain;
 
 /// Rows decoded per record batch.
 const BATCH: usize = 8192;
@@ -203,7 +204,7 @@ impl ParquetInput {
     }
 
     /// The next `n` rows (fewer at the end; none when done).
-    pub(crate) fn next_chunk(&mut self, n: usize) -> Result<Chunk> {
+    pub(crate) fn next_chunk(&mut self, n: usize, domain: &EventTimeDomain) -> Result<Chunk> {
         if self.reader.is_none() {
             self.start(self.rows)?;
         }
@@ -248,7 +249,14 @@ impl ParquetInput {
             path: &self.path,
             first,
         };
-        let (batch, refused) = type_columns(&self.path, &cols, &self.schema, self.event_time, &at)?;
+        let (batch, refused) = type_columns(
+            &self.path,
+            &cols,
+            &self.schema,
+            self.event_time,
+            domain,
+            &at,
+        )?;
         Ok(Chunk {
             batch,
             refused,
@@ -310,7 +318,9 @@ mod tests {
         let path = file(dir.path(), 300, 32);
         let mut p = ParquetInput::open(&path, "ts", None).expect("open");
         assert_eq!(p.total_rows(), 300);
-        let c = p.next_chunk(20).expect("chunk");
+        let c = p
+            .next_chunk(20, &EventTimeDomain::default())
+            .expect("chunk");
         assert_eq!(ts(&c), (0..20).collect::<Vec<_>>());
         for skip in [0u64, 20, 31, 32, 60, 63, 64, 299] {
             let mut p = ParquetInput::open(&path, "ts", None).expect("open");
@@ -321,7 +331,9 @@ mod tests {
             .expect("seek");
             let mut got = Vec::new();
             loop {
-                let c = p.next_chunk(20).expect("chunk");
+                let c = p
+                    .next_chunk(20, &EventTimeDomain::default())
+                    .expect("chunk");
                 if c.rows == 0 {
                     break;
                 }

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
 use arrow::compute::{cast_with_options, filter_record_batch, CastOptions};
 use arrow::datatypes::{DataType, SchemaRef};
+
+use crate::window::EventTimeDomain;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 
 use crate::engine::InvalidRow;
@@ -48,12 +50,14 @@ pub(crate) trait Locate {
 /// (`None` when no row did), and a refusal for every other row, in row
 /// order. A NULL cell stays NULL; a cell that was not NULL and becomes NULL
 /// is a bad cell. `event_time` is the index of the event-time column, read
-/// for the refused rows when it converted.
+/// for the refused rows when it converted; a row whose event time is empty
+/// or outside `domain` is refused too.
 pub(crate) fn type_columns(
     path: &std::path::Path,
     raw: &[ArrayRef],
     schema: &SchemaRef,
     event_time: usize,
+    domain: &EventTimeDomain,
     at: &dyn Locate,
 ) -> Result<(Option<RecordBatch>, Vec<Refused>)> {
     let rows = raw.first().map(|a| a.len()).unwrap_or(0);
@@ -109,6 +113,24 @@ pub(crate) fn type_columns(
                         event_time,
                         None,
                         "the event time is empty (NULL)".to_string(),
+                        0,
+                    )
+                });
+            }
+        }
+    }
+    // so does an event time no window of the views can place
+    if let Some(Ok(t)) = typed
+        .get(event_time)
+        .map(|t| crate::time::to_millis(t.as_ref()))
+    {
+        for (r, ms) in t.iter().enumerate() {
+            if let Some(ms) = ms.filter(|ms| !domain.holds(*ms)) {
+                bad.entry(r).or_insert_with(|| {
+                    (
+                        event_time,
+                        Some(ms.to_string()),
+                        format!("event time {ms} ms: {}", EventTimeDomain::REASON),
                         0,
                     )
                 });
@@ -208,8 +230,15 @@ mod tests {
                 Some("y"),
             ])),
         ];
-        let (good, refused) =
-            type_columns(std::path::Path::new("f.csv"), &raw, &schema, 1, &Lines).expect("typed");
+        let (good, refused) = type_columns(
+            std::path::Path::new("f.csv"),
+            &raw,
+            &schema,
+            1,
+            &EventTimeDomain::default(),
+            &Lines,
+        )
+        .expect("typed");
         let good = good.expect("rows");
         assert_eq!(
             good.num_rows(),

@@ -25,7 +25,7 @@ impl Refusal {
         match self {
             Refusal::Late(_) => "late",
             Refusal::NullTime => "null event time",
-            Refusal::Unrepresentable => "its windows do not fit in i64 milliseconds",
+            Refusal::Unrepresentable => super::EventTimeDomain::REASON,
         }
     }
 }

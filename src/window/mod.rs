@@ -156,6 +156,52 @@ impl TimeWindows {
     }
 }
 
+/// The event times a set of window specs can place (README, "Arithmetic"):
+/// a time is in the domain when, for every spec, its windows (or its
+/// session's span) fit in `i64` milliseconds. A reader uses it to refuse a
+/// row at its line before the engine sees it; the engine refuses the same
+/// rows itself (as `its windows do not fit in i64 milliseconds`).
+///
+/// ```
+/// use std::time::Duration;
+/// use thund::window::EventTimeDomain;
+/// use thund::WindowSpec;
+///
+/// let d = EventTimeDomain::of([&WindowSpec::tumbling(Duration::from_secs(10))]);
+/// assert!(d.holds(0));
+/// assert!(!d.holds(i64::MAX - 1));
+/// assert_eq!(EventTimeDomain::REASON, "its windows do not fit in i64 milliseconds");
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct EventTimeDomain {
+    windows: Vec<TimeWindows>,
+    /// Session gaps in ms: `t + gap` must fit.
+    gaps: Vec<i64>,
+}
+
+impl EventTimeDomain {
+    /// Why a time outside the domain is refused, in words.
+    pub const REASON: &'static str = "its windows do not fit in i64 milliseconds";
+
+    /// The domain of every spec in `specs` (all of `i64` for none).
+    pub fn of<'a>(specs: impl IntoIterator<Item = &'a crate::spec::WindowSpec>) -> Self {
+        let mut d = Self::default();
+        for w in specs {
+            match &w.kind {
+                crate::spec::WindowKind::Session { gap, .. } => d.gaps.push(crate::spec::ms(*gap)),
+                _ => d.windows.extend(TimeWindows::from_spec(w)),
+            }
+        }
+        d
+    }
+
+    /// Whether every spec can place `t`.
+    pub fn holds(&self, t: EventTime) -> bool {
+        self.windows.iter().all(|w| w.holds(t))
+            && self.gaps.iter().all(|g| t.checked_add(*g).is_some())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

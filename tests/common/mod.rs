@@ -124,28 +124,35 @@ impl Win {
     }
 }
 
-/// The batch oracle (design §1), computed from scratch: simulate W per
-/// trigger (min over sources of max − lateness; a source with no rows holds
-/// W at −∞), drop late rows, put each accepted row in every window of it
-/// that was still open at its trigger, then run the SQL per window in a
-/// fresh DataFusion context. Each output row is prefixed by the window bounds.
-pub fn oracle(
-    triggers: &[Vec<(usize, Ev)>],
-    sources: &[&str],
+/// Each window `[start, end)` with its rows, per source.
+pub type Windows<R> = BTreeMap<(i64, i64), Vec<Vec<R>>>;
+
+/// Triggers of rows, a lateness and a window: what the stream strategies draw.
+pub type Stream<R> = (Vec<Vec<R>>, i64, Win);
+
+/// Which rows each window holds under the late rule (design §1), simulated
+/// from scratch: W per trigger is the minimum over sources of max − lateness
+/// (a source with no rows holds W at −∞); a row goes into every window of it
+/// still open at its trigger, and a row with no open window is late.
+/// Returns the windows (rows per source) and the late count.
+pub fn assign<R: Clone>(
+    triggers: &[Vec<(usize, R)>],
+    sources: usize,
     lateness: i64,
     win: Win,
-    sql: &str,
-) -> (Vec<String>, u64) {
+    time: impl Fn(&R) -> i64,
+) -> (Windows<R>, u64) {
     let mut late = 0u64;
     let mut wm: Option<i64> = None;
-    let mut max: Vec<Option<i64>> = vec![None; sources.len()];
-    let mut windows: BTreeMap<(i64, i64), Vec<Vec<Ev>>> = BTreeMap::new();
+    let mut max: Vec<Option<i64>> = vec![None; sources];
+    let mut windows: Windows<R> = BTreeMap::new();
     for trig in triggers {
         let w_prev = wm;
         for (s, e) in trig {
-            max[*s] = Some(max[*s].map_or(e.t, |m| m.max(e.t)));
+            let t = time(e);
+            max[*s] = Some(max[*s].map_or(t, |m| m.max(t)));
             let open: Vec<(i64, i64)> = win
-                .of(e.t)
+                .of(t)
                 .into_iter()
                 .filter(|w| w_prev.is_none_or(|wp| w.1 > wp))
                 .collect();
@@ -155,7 +162,7 @@ pub fn oracle(
             for w in open {
                 windows
                     .entry(w)
-                    .or_insert_with(|| vec![Vec::new(); sources.len()])[*s]
+                    .or_insert_with(|| vec![Vec::new(); sources])[*s]
                     .push(e.clone());
             }
         }
@@ -169,6 +176,20 @@ pub fn oracle(
             wm = Some(wm.map_or(cand, |w| w.max(cand)));
         }
     }
+    (windows, late)
+}
+
+/// The batch oracle (design §1), computed from scratch: [`assign`] the rows
+/// to windows, then run the SQL per window in a fresh DataFusion context.
+/// Each output row is prefixed by the window bounds.
+pub fn oracle(
+    triggers: &[Vec<(usize, Ev)>],
+    sources: &[&str],
+    lateness: i64,
+    win: Win,
+    sql: &str,
+) -> (Vec<String>, u64) {
+    let (windows, late) = assign(triggers, sources.len(), lateness, win, |e: &Ev| e.t);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -245,35 +266,57 @@ pub const WINDOWS: &[(i64, i64)] = &[
 /// A random disordered stream split into random triggers, with a lateness
 /// and a window. Times and lateness sit on a 100 ms grid, so window ends and
 /// W meet often (the late rule's boundary).
-pub fn stream() -> impl proptest::strategy::Strategy<Value = (Vec<Vec<Ev>>, i64, Win)> {
+pub fn stream() -> impl proptest::strategy::Strategy<Value = Stream<Ev>> {
     use proptest::prelude::*;
-    let row = (
+    let payload = (
         0i64..4,
         0usize..3,
         prop::option::weighted(0.8, -50i64..50),
         -800i64..800,
-        0i64..250,
-        prop_oneof![0i64..500, 0i64..5000],
     );
+    stream_of(payload, 0..120).prop_map(|(triggers, lateness, win)| {
+        let triggers = triggers
+            .into_iter()
+            .map(|trig| {
+                trig.into_iter()
+                    .map(|(t, (k, g, v, f))| Ev {
+                        t,
+                        k,
+                        g: ["a", "b", "c"][g].to_string(),
+                        v,
+                        f: f as f64 / 8.0,
+                    })
+                    .collect()
+            })
+            .collect();
+        (triggers, lateness, win)
+    })
+}
+
+/// [`stream`]'s times, triggers, lateness and window around any row payload:
+/// each row is `(event time, payload)`.
+pub fn stream_of<P: proptest::strategy::Strategy>(
+    payload: P,
+    rows: std::ops::Range<usize>,
+) -> impl proptest::strategy::Strategy<Value = Stream<(i64, P::Value)>>
+where
+    P::Value: Clone,
+{
+    use proptest::prelude::*;
+    let row = (payload, 0i64..250, prop_oneof![0i64..500, 0i64..5000]);
     (
-        prop::collection::vec(row, 0..120),
+        prop::collection::vec(row, rows),
         prop::collection::vec(1usize..40, 1..12),
         prop_oneof![Just(0i64), (0i64..4).prop_map(|l| l * 500)],
         0..WINDOWS.len(),
     )
         .prop_map(|(rows, cuts, lateness, w)| {
             let mut t = 1_000_000i64;
-            let evs: Vec<Ev> = rows
+            let evs: Vec<(i64, P::Value)> = rows
                 .into_iter()
-                .map(|(k, g, v, f, step, jitter)| {
+                .map(|(p, step, jitter)| {
                     t += step / 100 * 100;
-                    Ev {
-                        t: t - jitter / 100 * 100,
-                        k,
-                        g: ["a", "b", "c"][g].to_string(),
-                        v,
-                        f: f as f64 / 8.0,
-                    }
+                    (t - jitter / 100 * 100, p)
                 })
                 .collect();
             let mut triggers = Vec::new();
