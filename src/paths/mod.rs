@@ -18,6 +18,7 @@
 //! closed results ([`closed::ClosedResults`]). The engine drives a view only
 //! through [`ViewRuntime`], and never asks which path it is.
 
+pub(crate) mod changes;
 pub(crate) mod closed;
 pub(crate) mod incremental;
 pub(crate) mod recompute;

@@ -21,6 +21,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 use thund_dataflows::{AggState, Config, Update, WindowedAggregate};
 
+use super::changes::Shown;
 use super::closed::ClosedResults;
 use super::{output_schema, OnTime, RuntimeStats, StepOutput, ViewRuntime};
 use crate::error::{Error, Result};
@@ -63,6 +64,8 @@ pub(crate) struct IncrementalView {
     unsaved: OpenStates,
     /// Whether a state root takes checkpoints (else nothing is tracked for them).
     checkpointing: bool,
+    /// Update mode: what each open group's row last showed.
+    shown: Shown,
 }
 
 impl IncrementalView {
@@ -99,6 +102,7 @@ impl IncrementalView {
             closed_results: ClosedResults::default(),
             unsaved: BTreeMap::new(),
             checkpointing: false,
+            shown: Shown::default(),
         })
     }
 }
@@ -150,8 +154,17 @@ impl ViewRuntime for IncrementalView {
         match self.mode {
             OutputMode::Append => out.batches.push(self.render(&closed, None)?),
             OutputMode::Update => {
+                // only groups whose projected row changed (the rule both paths follow)
                 let changed: Vec<&Update> = step.changed.iter().collect();
-                out.batches.push(self.render(&changed, Some(false))?);
+                let (rows, from) = self.render_indexed(&changed, Some(false))?;
+                let groups: Vec<(Window, &[u8])> = changed
+                    .iter()
+                    .map(|u| (u.window, u.key.as_slice()))
+                    .collect();
+                out.batches.push(self.shown.changed(&groups, &rows, &from)?);
+                for u in &step.closed {
+                    self.shown.close(&u.window);
+                }
                 out.batches.push(self.render(&closed, Some(true))?);
             }
             OutputMode::Complete => {

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt64Array,
+    Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
+    UInt64Array,
 };
 use arrow::compute::{cast, filter_record_batch};
 use arrow::datatypes::DataType;
@@ -20,7 +21,18 @@ impl IncrementalView {
     /// Turn dataflow results into output rows: keys decoded, accumulators to
     /// columns, HAVING and the projection applied, window bounds prefixed.
     pub(super) fn render(&self, updates: &[&Update], fin: Option<bool>) -> Result<RecordBatch> {
+        Ok(self.render_indexed(updates, fin)?.0)
+    }
+
+    /// [`Self::render`], and for each output row the index in `updates` of
+    /// the group it shows (HAVING may drop groups).
+    pub(super) fn render_indexed(
+        &self,
+        updates: &[&Update],
+        fin: Option<bool>,
+    ) -> Result<(RecordBatch, Vec<usize>)> {
         let view = &self.view;
+        let mut from: Vec<usize> = (0..updates.len()).collect();
         let mut cols: Vec<ArrayRef> = Vec::new();
         if let Some(conv) = &self.converter {
             let parser = conv.parser();
@@ -45,6 +57,7 @@ impl IncrementalView {
             let m = m.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| {
                 Error::internal(view, "HAVING did not evaluate to a boolean array")
             })?;
+            from.retain(|&i| m.is_valid(i) && m.value(i));
             agg_batch = filter_record_batch(&agg_batch, m)?;
             starts = arrow::compute::filter(&starts, m)?;
             ends = arrow::compute::filter(&ends, m)?;
@@ -72,7 +85,7 @@ impl IncrementalView {
         if let Some(f) = fin {
             out.push(Arc::new(BooleanArray::from(vec![f; n])));
         }
-        Ok(RecordBatch::try_new(self.out.clone(), out)?)
+        Ok((RecordBatch::try_new(self.out.clone(), out)?, from))
     }
 
     /// One aggregate's output column, in the type the Aggregate node declares.

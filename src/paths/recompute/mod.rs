@@ -17,14 +17,12 @@ mod session;
 mod state;
 mod unwindowed;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
-use arrow::compute::take;
+use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
-use arrow::row::{RowConverter, SortField};
 
+use super::changes::{changed_rows, take_rows};
 use super::closed::ClosedResults;
 use super::sql::SqlEvaluator;
 use super::{output_schema, OnTime, RuntimeStats, SourceInfo, StepOutput, ViewRuntime};
@@ -252,53 +250,6 @@ fn group_by(
         }
     }
     m
-}
-
-/// The rows of `batch` at `idx`.
-fn take_rows(batch: &RecordBatch, idx: &[u32]) -> Result<RecordBatch> {
-    if idx.len() == batch.num_rows() && idx.iter().enumerate().all(|(i, x)| i as u32 == *x) {
-        return Ok(batch.clone());
-    }
-    let indices = UInt32Array::from(idx.to_vec());
-    let cols = batch
-        .columns()
-        .iter()
-        .map(|c| take(c.as_ref(), &indices, None))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(RecordBatch::try_new(batch.schema(), cols)?)
-}
-
-/// The rows of `new` not in `old`, as multisets (all of `new` if rows cannot be compared).
-fn changed_rows(old: Option<&RecordBatch>, new: &RecordBatch) -> Result<RecordBatch> {
-    let Some(old) = old else {
-        return Ok(new.clone());
-    };
-    if old.num_rows() == 0 || new.num_rows() == 0 {
-        return Ok(new.clone());
-    }
-    let fields: Vec<SortField> = new
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| SortField::new(f.data_type().clone()))
-        .collect();
-    let Ok(conv) = RowConverter::new(fields) else {
-        return Ok(new.clone());
-    };
-    let old_rows = conv.convert_columns(old.columns())?;
-    let new_rows = conv.convert_columns(new.columns())?;
-    let mut counts: HashMap<&[u8], usize> = HashMap::new();
-    for i in 0..old_rows.num_rows() {
-        *counts.entry(old_rows.row(i).data()).or_default() += 1;
-    }
-    let mut keep = Vec::new();
-    for i in 0..new_rows.num_rows() {
-        match counts.get_mut(new_rows.row(i).data()) {
-            Some(c) if *c > 0 => *c -= 1,
-            _ => keep.push(i as u32),
-        }
-    }
-    take_rows(new, &keep)
 }
 
 /// Prefix a query result with its window bounds and, in Update mode, the `final` flag.

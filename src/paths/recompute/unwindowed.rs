@@ -65,7 +65,7 @@ impl Unwindowed {
                 let changed = if finishing {
                     new.clone()
                 } else {
-                    super::changed_rows(old.as_ref(), &new)?
+                    crate::paths::changes::changed_rows(old.as_ref(), &new)?
                 };
                 if changed.num_rows() > 0 {
                     out.batches

@@ -1,0 +1,149 @@
+//! Window size sweep and fixed cost per trigger, incremental against
+//! recompute, measured side by side in one run (issue 9's headline figures).
+//!
+//! The stream: bids with about 10 ms of event time per row (up to 500 ms of
+//! disorder), 200 auctions; the view `COUNT/SUM/AVG/MAX GROUP BY auction` in
+//! Update mode. For each window (tumbling 10 s, 1 min, 10 min, 1 h; hopping
+//! 1 h / 1 min and 10 min / 10 s) and each trigger size (10 000 and 1 000
+//! rows), both paths run the same stream; p50 and p99 of the time per trigger
+//! (push + trigger) over the second half of the run are printed with the
+//! ratio recompute / incremental. Then the fixed cost: p50 per trigger with 1
+//! row per trigger.
+//!
+//! `THUND_SWEEP_ROWS` sets the rows per run (default 1 000 000);
+//! `THUND_SWEEP_ONLY=<substring>` runs only the windows whose name contains it.
+
+#![allow(missing_docs)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use thund::{Engine, ExecMode, OutputMode, ViewSpec, WindowSpec};
+
+#[path = "../tests/common/rng.rs"]
+mod rng;
+use rng::SplitMix;
+
+const SQL: &str = "SELECT auction, COUNT(*) AS bids, SUM(price) AS volume, AVG(price) AS mean, \
+                   MAX(price) AS high FROM bids GROUP BY auction";
+const AUCTIONS: u64 = 200;
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("auction", DataType::Int64, false),
+        Field::new("price", DataType::Int64, false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
+    ]))
+}
+
+/// Rows `[from, from + n)` of the stream.
+fn batch(from: usize, n: usize) -> RecordBatch {
+    let mut r = SplitMix::new(from as u64 * 31 + 5);
+    let a: Vec<i64> = (0..n).map(|_| r.below(AUCTIONS) as i64).collect();
+    let p: Vec<i64> = (0..n).map(|_| 1 + r.below(10_000) as i64).collect();
+    let ts: Vec<i64> = (0..n)
+        .map(|i| 1_000_000 + (from + i) as i64 * 10 - r.below(500) as i64)
+        .collect();
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from(a)),
+            Arc::new(Int64Array::from(p)),
+            Arc::new(TimestampMillisecondArray::from(ts)),
+        ],
+    )
+    .expect("bench batch")
+}
+
+fn engine(window: &WindowSpec, mode: ExecMode) -> Engine {
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(
+        ViewSpec::builder("v", SQL)
+            .source("bids", "ts", schema())
+            .window(window.clone())
+            .allowed_lateness(Duration::from_millis(500))
+            .output(OutputMode::Update)
+            .mode(mode)
+            .build()
+            .expect("spec"),
+    )
+    .expect("view");
+    e
+}
+
+/// Times per trigger over the second half of a run of `rows` rows.
+fn run(window: &WindowSpec, mode: ExecMode, rows: usize, per: usize) -> Vec<Duration> {
+    let mut e = engine(window, mode);
+    let triggers = rows / per;
+    let mut times = Vec::with_capacity(triggers / 2 + 1);
+    for i in 0..triggers {
+        let b = batch(i * per, per);
+        let t = Instant::now();
+        e.push("bids", b).expect("push");
+        e.trigger().expect("trigger");
+        if i >= triggers / 2 {
+            times.push(t.elapsed());
+        }
+    }
+    times
+}
+
+fn pct(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    // `cargo bench` passes --bench; nothing else to parse
+    let rows: usize = std::env::var("THUND_SWEEP_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let only = std::env::var("THUND_SWEEP_ONLY").unwrap_or_default();
+    let s = Duration::from_secs;
+    let windows = [
+        ("tumbling 10 s", WindowSpec::tumbling(s(10))),
+        ("tumbling 1 min", WindowSpec::tumbling(s(60))),
+        ("tumbling 10 min", WindowSpec::tumbling(s(600))),
+        ("tumbling 1 h", WindowSpec::tumbling(s(3600))),
+        ("hopping 1 h / 1 min", WindowSpec::hopping(s(3600), s(60))),
+        ("hopping 10 min / 10 s", WindowSpec::hopping(s(600), s(10))),
+    ];
+    println!("window sweep: {rows} rows per run, Update mode, p50 / p99 per trigger over the second half");
+    println!(
+        "| window | rows/trigger | incremental p50 | p99 | recompute p50 | p99 | recompute / incremental (p50) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (name, w) in &windows {
+        if !name.contains(only.as_str()) {
+            continue;
+        }
+        for per in [10_000usize, 1_000] {
+            let mut inc = run(w, ExecMode::Auto, rows, per);
+            let mut rec = run(w, ExecMode::Recompute, rows, per);
+            let (i50, i99) = (pct(&mut inc, 0.5), pct(&mut inc, 0.99));
+            let (r50, r99) = (pct(&mut rec, 0.5), pct(&mut rec, 0.99));
+            println!(
+                "| {name} | {per} | {i50:.2?} | {i99:.2?} | {r50:.2?} | {r99:.2?} | {:.2}x |",
+                r50.as_secs_f64() / i50.as_secs_f64()
+            );
+        }
+    }
+    // fixed cost: 1 row per trigger, tumbling 10 s, after 2 000 warm-up triggers
+    let w = WindowSpec::tumbling(s(10));
+    let mut fixed = Vec::new();
+    for mode in [ExecMode::Auto, ExecMode::Recompute] {
+        let mut t = run(&w, mode, 4_000, 1);
+        fixed.push(pct(&mut t, 0.5));
+    }
+    println!(
+        "fixed cost per trigger (1 row per trigger, p50): incremental {:.3?}, recompute {:.3?}",
+        fixed[0], fixed[1]
+    );
+}

@@ -1,0 +1,164 @@
+//! Update mode's rule, one for both paths: an open window emits the rows of
+//! its new result less the rows of its old result, as multisets, so a group
+//! whose projected row did not change emits nothing, whatever its
+//! accumulators did.
+
+use std::collections::HashMap;
+
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::take;
+use arrow::row::{RowConverter, SortField};
+use rustc_hash::FxHashMap;
+
+use crate::error::Result;
+use crate::window::Window;
+
+/// The indices of the `new` rows not matched by an equal `old` row, as
+/// multisets, in order.
+pub(crate) fn unmatched<'a>(
+    old: impl IntoIterator<Item = &'a [u8]>,
+    new: impl IntoIterator<Item = &'a [u8]>,
+) -> Vec<u32> {
+    let mut counts: FxHashMap<&[u8], usize> = FxHashMap::default();
+    for r in old {
+        *counts.entry(r).or_default() += 1;
+    }
+    let mut keep = Vec::new();
+    for (i, r) in new.into_iter().enumerate() {
+        match counts.get_mut(r) {
+            Some(c) if *c > 0 => *c -= 1,
+            _ => keep.push(i as u32),
+        }
+    }
+    keep
+}
+
+/// A row converter over every column of `batch`.
+pub(crate) fn converter(batch: &RecordBatch) -> Result<RowConverter> {
+    let fields: Vec<SortField> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect();
+    Ok(RowConverter::new(fields)?)
+}
+
+/// The rows of `new` not in `old`, as multisets (the recompute path, which
+/// has both results of the window).
+pub(crate) fn changed_rows(old: Option<&RecordBatch>, new: &RecordBatch) -> Result<RecordBatch> {
+    let Some(old) = old else {
+        return Ok(new.clone());
+    };
+    if old.num_rows() == 0 || new.num_rows() == 0 {
+        return Ok(new.clone());
+    }
+    let Ok(conv) = converter(new) else {
+        return Ok(new.clone());
+    };
+    let old_rows = conv.convert_columns(old.columns())?;
+    let new_rows = conv.convert_columns(new.columns())?;
+    let keep = unmatched(
+        old_rows.iter().map(|r| r.data()),
+        new_rows.iter().map(|r| r.data()),
+    );
+    take_rows(new, &keep)
+}
+
+/// One window's old rows, and its new rows with their index in the batch.
+type OldAndNew<'a> = (Vec<&'a [u8]>, Vec<(usize, &'a [u8])>);
+
+/// The incremental path's side: the projected row each open group last
+/// showed (by window, then group key), so that a trigger's changed groups
+/// emit their new rows less their old ones.
+#[derive(Default)]
+pub(crate) struct Shown {
+    rows: HashMap<Window, FxHashMap<Vec<u8>, Box<[u8]>>>,
+    conv: Option<RowConverter>,
+}
+
+impl Shown {
+    /// `batch` holds the rows of the groups whose state changed (row `i`
+    /// from group `from[i]` of `groups`; a group HAVING dropped has no row),
+    /// the last column being Update mode's `final` flag. Returns the rows
+    /// to emit and remembers what each group now shows.
+    pub(crate) fn changed(
+        &mut self,
+        groups: &[(Window, &[u8])],
+        batch: &RecordBatch,
+        from: &[usize],
+    ) -> Result<RecordBatch> {
+        if batch.num_rows() == 0 && groups.is_empty() {
+            return Ok(batch.clone());
+        }
+        let shown = batch.project(&(0..batch.num_columns() - 1).collect::<Vec<_>>())?;
+        if self.conv.is_none() {
+            match converter(&shown) {
+                Ok(c) => self.conv = Some(c),
+                // rows that cannot be compared: every changed group shows its row
+                Err(_) => return Ok(batch.clone()),
+            }
+        }
+        let Some(conv) = self.conv.as_ref() else {
+            return Ok(batch.clone());
+        };
+        let rows = conv.convert_columns(shown.columns())?;
+        // per window: the new rows of its changed groups less their old ones
+        let mut by_window: FxHashMap<Window, OldAndNew<'_>> = FxHashMap::default();
+        for (w, key) in groups {
+            if let Some(old) = self.rows.get(w).and_then(|m| m.get(*key)) {
+                by_window.entry(*w).or_default().0.push(old);
+            }
+        }
+        for (i, &g) in from.iter().enumerate() {
+            by_window
+                .entry(groups[g].0)
+                .or_default()
+                .1
+                .push((i, rows.row(i).data()));
+        }
+        let mut keep = Vec::new();
+        for (old, new) in by_window.values() {
+            let kept = unmatched(old.iter().copied(), new.iter().map(|(_, r)| *r));
+            keep.extend(kept.into_iter().map(|k| new[k as usize].0 as u32));
+        }
+        keep.sort_unstable();
+        let out = take_rows(batch, &keep)?;
+        // what each changed group shows now (nothing when HAVING dropped it)
+        let mut now: Vec<Option<Box<[u8]>>> = vec![None; groups.len()];
+        for (i, &g) in from.iter().enumerate() {
+            now[g] = Some(rows.row(i).data().into());
+        }
+        for ((w, key), row) in groups.iter().zip(now) {
+            let m = self.rows.entry(*w).or_default();
+            match row {
+                Some(r) => {
+                    m.insert(key.to_vec(), r);
+                }
+                None => {
+                    m.remove(*key);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A window closed: its groups show nothing any more.
+    pub(crate) fn close(&mut self, w: &Window) {
+        self.rows.remove(w);
+    }
+}
+
+/// The rows of `batch` at `idx`.
+pub(crate) fn take_rows(batch: &RecordBatch, idx: &[u32]) -> Result<RecordBatch> {
+    if idx.len() == batch.num_rows() && idx.iter().enumerate().all(|(i, x)| i as u32 == *x) {
+        return Ok(batch.clone());
+    }
+    let indices = UInt32Array::from(idx.to_vec());
+    let cols = batch
+        .columns()
+        .iter()
+        .map(|c| take(c.as_ref(), &indices, None))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(batch.schema(), cols)?)
+}
