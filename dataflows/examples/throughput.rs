@@ -70,7 +70,7 @@ fn run(
     let mut i = 0u64;
     for row in rows(n, keys, rate) {
         let window = window_of(row.t);
-        let key = row.key.to_be_bytes().to_vec();
+        let key = row.key;
         if preaggregate {
             pre.add(window, key, states(row.x))?;
         } else {

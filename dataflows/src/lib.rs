@@ -94,7 +94,7 @@
 //! for (t, x) in [(1, 2.5), (4, -1.0), (12, 7.0)] {
 //!     let window = Window::new(t / 10 * 10, t / 10 * 10 + 10); // 10 ms tumbling windows
 //!     let states = kinds.iter().map(|&k| AggState::from_value(k, Value::Float(x))).collect();
-//!     pre.add(window, Vec::new(), states)?;
+//!     pre.add(window, 0, states)?; // one group: key 0
 //! }
 //! df.insert(pre.drain())?;
 //! let step = df.advance_to(10)?;

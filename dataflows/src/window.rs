@@ -7,9 +7,10 @@ use serde::{Deserialize, Serialize};
 /// Event time in milliseconds since the Unix epoch.
 pub type EventTime = i64;
 
-/// Group key, already encoded by the caller (for example `arrow::row::RowConverter`
-/// bytes; empty for a query without `GROUP BY`). Opaque here, compared as bytes.
-pub type Key = Vec<u8>;
+/// Group key: an integer the caller assigns (for example the id of the key's encoded
+/// bytes in a dictionary, or a fixed-width value; any constant for a query without
+/// `GROUP BY`). Opaque here, compared as an integer, so records stay `Copy`.
+pub type Key = u64;
 
 /// A half-open event-time window `[start, end)`.
 ///

@@ -69,11 +69,11 @@ pub(crate) fn changed_rows(old: Option<&RecordBatch>, new: &RecordBatch) -> Resu
 type OldAndNew<'a> = (Vec<&'a [u8]>, Vec<(usize, &'a [u8])>);
 
 /// The incremental path's side: the projected row each open group last
-/// showed (by window, then group key), so that a trigger's changed groups
+/// showed (by window, then group key id), so that a trigger's changed groups
 /// emit their new rows less their old ones.
 #[derive(Default)]
 pub(crate) struct Shown {
-    rows: HashMap<Window, FxHashMap<Vec<u8>, Box<[u8]>>>,
+    rows: HashMap<Window, FxHashMap<u64, Box<[u8]>>>,
     conv: Option<RowConverter>,
 }
 
@@ -84,7 +84,7 @@ impl Shown {
     /// to emit and remembers what each group now shows.
     pub(crate) fn changed(
         &mut self,
-        groups: &[(Window, &[u8])],
+        groups: &[(Window, u64)],
         batch: &RecordBatch,
         from: &[usize],
     ) -> Result<RecordBatch> {
@@ -106,7 +106,7 @@ impl Shown {
         // per window: the new rows of its changed groups less their old ones
         let mut by_window: FxHashMap<Window, OldAndNew<'_>> = FxHashMap::default();
         for (w, key) in groups {
-            if let Some(old) = self.rows.get(w).and_then(|m| m.get(*key)) {
+            if let Some(old) = self.rows.get(w).and_then(|m| m.get(key)) {
                 by_window.entry(*w).or_default().0.push(old);
             }
         }
@@ -133,10 +133,10 @@ impl Shown {
             let m = self.rows.entry(*w).or_default();
             match row {
                 Some(r) => {
-                    m.insert(key.to_vec(), r);
+                    m.insert(*key, r);
                 }
                 None => {
-                    m.remove(*key);
+                    m.remove(key);
                 }
             }
         }

@@ -79,7 +79,7 @@ pub struct ArrangementSize {
 /// let mut df = WindowedAggregate::spawn(Config::new(vec![AggKind::SumInt]))?;
 /// let up = |s, v| Update {
 ///     window: Window::new(s, s + 10),
-///     key: b"k".to_vec(),
+///     key: 7,
 ///     aggs: vec![AggState::from_value(AggKind::SumInt, Value::Int(v))],
 /// };
 /// df.insert(vec![up(0, 1), up(0, 2), up(10, 5)])?;
@@ -321,7 +321,7 @@ impl WindowedAggregate {
         closed.sort_unstable();
         if !self.owed.is_empty() {
             for u in &closed {
-                self.owed.remove(&(u.window, u.key.clone()));
+                self.owed.remove(&(u.window, u.key));
             }
         }
         for u in changed {
@@ -590,7 +590,7 @@ mod tests {
         let mut df = WindowedAggregate::spawn(config).expect("spawn");
         let update = |key: u8| Update {
             window: Window::new(0, 10),
-            key: vec![key],
+            key: u64::from(key),
             aggs: vec![AggState::from_value(AggKind::Count, Value::Int(1))],
         };
         df.insert((0..16).map(update).collect()).expect("insert");

@@ -183,7 +183,7 @@ fn snapshot(trace: &NamedTrace, frontier: EventTime) -> Result<Vec<Update>> {
             if acc.n > 0 {
                 out.push(Update {
                     window: *window,
-                    key: key.clone(),
+                    key: *key,
                     aggs: acc.parts.into_iter().map(|p| p.1).collect(),
                 });
             }

@@ -20,7 +20,7 @@ pub(crate) fn evict_at_window_end(collection: WindowCollection<'_>) -> WindowCol
             let end = start_of(data.0.end);
             debug_assert!(time < end, "update at {time} for window {}", data.0);
             let retraction = diff.retraction();
-            [(data.clone(), time, diff), (data, end, retraction)]
+            [(data, time, diff), (data, end, retraction)]
         })
         .as_collection()
 }

@@ -1,7 +1,9 @@
 //! The worker's table of open windows: the current state of every `(window, key)` whose
 //! window has not closed, fed by the arrangement's output and drained as windows close.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::error::Error;
 use crate::state::agg::{AggKind, AggState, Update};
@@ -37,7 +39,7 @@ impl OpenWindows {
         OpenWindows {
             kinds,
             by_end: BTreeMap::new(),
-            changed: HashSet::new(),
+            changed: HashSet::default(),
             error: None,
         }
     }
@@ -59,7 +61,7 @@ impl OpenWindows {
             return;
         }
         let groups = self.by_end.entry((window.end, window.start)).or_default();
-        let changed = match groups.get_mut(key.as_slice()) {
+        let changed = match groups.get_mut(key) {
             Some(states) => {
                 let mut changed = false;
                 for (i, (state, (kind, part))) in states.iter_mut().zip(&diff.parts).enumerate() {
@@ -77,12 +79,12 @@ impl OpenWindows {
                 changed
             }
             None => {
-                groups.insert(key.clone(), diff.parts.iter().map(|p| p.1).collect());
+                groups.insert(*key, diff.parts.iter().map(|p| p.1).collect());
                 true
             }
         };
         if changed {
-            self.changed.insert((*window, key.clone()));
+            self.changed.insert((*window, *key));
         }
     }
 
@@ -133,7 +135,7 @@ impl OpenWindows {
             if let Some(aggs) = self
                 .by_end
                 .get(&(window.end, window.start))
-                .and_then(|g| g.get(key.as_slice()))
+                .and_then(|g| g.get(&key))
             {
                 out.changed.push(Update {
                     window,

@@ -1,7 +1,7 @@
 //! Pre-aggregation (Flink's "local aggregation"): fold many per-row updates into one per
 //! `(window, key)` before they enter the dataflow.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::error::{Error, Result};
 use crate::state::agg::{combine_all, AggKind, AggState, Update};
@@ -19,7 +19,7 @@ use crate::window::{Key, Window};
 /// let w = Window::new(0, 10);
 /// for x in [3, 9, 4] {
 ///     let states = kinds.iter().map(|&k| AggState::from_value(k, Value::Int(x))).collect();
-///     pre.add(w, b"k".to_vec(), states)?;
+///     pre.add(w, 7, states)?;
 /// }
 /// let out = pre.drain();
 /// assert_eq!(out.len(), 1);
@@ -39,7 +39,7 @@ impl PreAggregator {
     pub fn new(aggs: Vec<AggKind>) -> Self {
         PreAggregator {
             kinds: aggs,
-            groups: HashMap::new(),
+            groups: HashMap::default(),
         }
     }
 

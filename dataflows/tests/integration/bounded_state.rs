@@ -47,7 +47,7 @@ fn state_stays_bounded_by_open_windows_times_keys() {
             // Rows of this batch, with up to 20 ms of disorder behind the watermark's
             // successor (the watermark after this batch is (b + 1) * BATCH_SPAN).
             let t = w + rng.below((BATCH_SPAN + 20) as u64) as i64 - 20;
-            let key = vec![rng.below(KEYS) as u8];
+            let key = rng.below(KEYS);
             let x = rng.below(1000) as i64 - 500;
             for window in windows_of(t) {
                 if window.end > w {

@@ -9,7 +9,7 @@ use thund_dataflows::{
 fn sum_update(window: Window, x: i128) -> Update {
     Update {
         window,
-        key: b"k".to_vec(),
+        key: 7,
         aggs: vec![AggState::from_value(AggKind::SumInt, Value::Int(x))],
     }
 }
@@ -55,13 +55,13 @@ fn i128_sum_overflow_is_an_error() {
     let mut pre = PreAggregator::new(vec![AggKind::SumInt]);
     pre.add(
         w,
-        Vec::new(),
+        0,
         vec![AggState::from_value(AggKind::SumInt, Value::Int(i128::MAX))],
     )
     .expect("add");
     let e = pre.add(
         w,
-        Vec::new(),
+        0,
         vec![AggState::from_value(AggKind::SumInt, Value::Int(1))],
     );
     assert!(
@@ -97,7 +97,7 @@ fn bad_input_is_refused_whole() {
     df.advance_to(100).expect("advance");
     let ok = Update {
         window: Window::new(90, 110),
-        key: vec![1],
+        key: 1,
         aggs: vec![AggState::from_value(AggKind::Count, Value::Int(1)); 1]
             .into_iter()
             .chain([AggState::from_value(AggKind::MinInt, Value::Int(5))])
@@ -196,7 +196,7 @@ fn drops_cleanly_in_every_state() {
     let mut df = WindowedAggregate::spawn(config.clone()).expect("spawn");
     let u = Update {
         window: Window::new(0, 1000),
-        key: vec![],
+        key: 0,
         aggs: vec![AggState::from_value(AggKind::Count, Value::Int(1))],
     };
     df.insert(vec![u.clone()]).expect("insert");

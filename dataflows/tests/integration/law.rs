@@ -53,9 +53,9 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn key_of(k: u8) -> Key {
     if k == 0 {
-        Vec::new()
+        0
     } else {
-        vec![k, 0xff - k]
+        u64::from(k) << 8 | u64::from(0xff - k)
     }
 }
 

@@ -24,9 +24,9 @@ fn stream(seed: u64, triggers: usize) -> Vec<Trigger> {
         for _ in 0..rng.below(40) {
             let t = w + rng.below(25) as i64 - 5;
             let key = if rng.below(5) == 0 {
-                Vec::new()
+                0
             } else {
-                vec![rng.below(6) as u8]
+                1 + rng.below(6)
             };
             let x = if rng.below(6) == 0 {
                 None
@@ -147,7 +147,7 @@ fn restore_rejects_closed_windows() {
     let config = Config::new(ALL_KINDS.to_vec());
     let u = Update {
         window: Window::new(0, 10),
-        key: Vec::new(),
+        key: 0,
         aggs: row_states(&ALL_KINDS, Some(1)),
     };
     let e = WindowedAggregate::restore(config, 10, vec![u]);

@@ -8,6 +8,7 @@ use arrow::datatypes::DataType;
 use rustc_hash::FxHashMap;
 use thund_dataflows::{AggKind, AggState, Update, Value};
 
+use super::keys::GLOBAL;
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::sql::checked::{canonical, canonical_array};
@@ -135,15 +136,22 @@ impl IncrementalView {
                     .map_err(|e| Error::eval(&view, e))?;
                 vals.push(self.values(a, &arr)?);
             }
-            // pre-aggregate the batch by (window, key); keys are borrowed from the
-            // encoded rows, so only a new group allocates
-            let mut slots: FxHashMap<(Window, &[u8]), usize> = FxHashMap::default();
+            // pre-aggregate the batch by (window, key id); a key is interned once
+            // per row, with the end of its latest window
+            let mut slots: FxHashMap<(Window, u64), usize> = FxHashMap::default();
             for i in 0..n {
                 if !pass[i] && !global {
                     continue; // a filtered row makes no group; a global aggregate still has its window
                 }
-                let key: &[u8] = key_rows.as_ref().map_or(&[], |r| r.row(i).data());
                 let t = o.times.value(i);
+                let key = match &key_rows {
+                    Some(r) => {
+                        let latest = self.plan.windows.windows_of(t).map(|w| w.end).max();
+                        self.keys
+                            .intern(r.row(i).data(), latest.unwrap_or(EventTime::MIN))
+                    }
+                    None => GLOBAL,
+                };
                 for w in self.plan.windows.windows_of(t) {
                     if w_prev.is_some_and(|wp| w.end <= wp) {
                         continue;
@@ -151,7 +159,7 @@ impl IncrementalView {
                     let slot = *slots.entry((w, key)).or_insert_with(|| {
                         updates.push(Update {
                             window: w,
-                            key: key.to_vec(),
+                            key,
                             aggs: vec![AggState::EMPTY; kinds.len()],
                         });
                         updates.len() - 1

@@ -11,6 +11,7 @@
 //! [`state`] is this path's checkpoint format.
 
 mod ingest;
+mod keys;
 mod render;
 mod state;
 
@@ -20,6 +21,8 @@ use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 use thund_dataflows::{AggState, Config, Update, WindowedAggregate};
+
+use keys::KeyDictionary;
 
 use super::changes::Shown;
 use super::closed::ClosedResults;
@@ -32,8 +35,8 @@ use crate::time::EventTime;
 use crate::window::late::{classify_time, Refusal};
 use crate::window::Window;
 
-/// Open `(window, key)` states, by window and key.
-type OpenStates = BTreeMap<(Window, Vec<u8>), Vec<AggState>>;
+/// Open `(window, key id)` states, by window and key.
+type OpenStates = BTreeMap<(Window, u64), Vec<AggState>>;
 
 /// Open states as dataflow updates (to render or export them).
 fn updates_of(states: &OpenStates) -> Vec<Update> {
@@ -41,7 +44,7 @@ fn updates_of(states: &OpenStates) -> Vec<Update> {
         .iter()
         .map(|((w, k), a)| Update {
             window: *w,
-            key: k.clone(),
+            key: *k,
             aggs: a.clone(),
         })
         .collect()
@@ -66,6 +69,8 @@ pub(crate) struct IncrementalView {
     checkpointing: bool,
     /// Update mode: what each open group's row last showed.
     shown: Shown,
+    /// Group keys by id (the dataflow carries the ids).
+    keys: KeyDictionary,
 }
 
 impl IncrementalView {
@@ -103,6 +108,7 @@ impl IncrementalView {
             unsaved: BTreeMap::new(),
             checkpointing: false,
             shown: Shown::default(),
+            keys: KeyDictionary::default(),
         })
     }
 }
@@ -138,11 +144,10 @@ impl ViewRuntime for IncrementalView {
             .map_err(|e| Error::dataflow(&self.view, e))?;
         if self.checkpointing {
             for u in &step.changed {
-                self.unsaved
-                    .insert((u.window, u.key.clone()), u.aggs.clone());
+                self.unsaved.insert((u.window, u.key), u.aggs.clone());
             }
             for u in &step.closed {
-                self.unsaved.remove(&(u.window, u.key.clone()));
+                self.unsaved.remove(&(u.window, u.key));
             }
         }
         out.windows_closed = {
@@ -157,10 +162,8 @@ impl ViewRuntime for IncrementalView {
                 // only groups whose projected row changed (the rule both paths follow)
                 let changed: Vec<&Update> = step.changed.iter().collect();
                 let (rows, from) = self.render_indexed(&changed, Some(false))?;
-                let groups: Vec<(Window, &[u8])> = changed
-                    .iter()
-                    .map(|u| (u.window, u.key.as_slice()))
-                    .collect();
+                let groups: Vec<(Window, u64)> =
+                    changed.iter().map(|u| (u.window, u.key)).collect();
                 out.batches.push(self.shown.changed(&groups, &rows, &from)?);
                 for u in &step.closed {
                     self.shown.close(&u.window);
@@ -169,10 +172,10 @@ impl ViewRuntime for IncrementalView {
             }
             OutputMode::Complete => {
                 for u in &step.changed {
-                    self.open.insert((u.window, u.key.clone()), u.aggs.clone());
+                    self.open.insert((u.window, u.key), u.aggs.clone());
                 }
                 for u in &step.closed {
-                    self.open.remove(&(u.window, u.key.clone()));
+                    self.open.remove(&(u.window, u.key));
                 }
                 let done = self.render(&closed, None)?;
                 self.closed_results.push(done);
@@ -183,6 +186,8 @@ impl ViewRuntime for IncrementalView {
             }
         }
         out.batches.retain(|b| b.num_rows() > 0);
+        // every window ending at or before w has closed and been rendered
+        self.keys.reclaim(w);
         Ok(out)
     }
 

@@ -36,7 +36,10 @@ impl IncrementalView {
         let mut cols: Vec<ArrayRef> = Vec::new();
         if let Some(conv) = &self.converter {
             let parser = conv.parser();
-            let rows: Vec<_> = updates.iter().map(|u| parser.parse(&u.key)).collect();
+            let rows: Vec<_> = updates
+                .iter()
+                .map(|u| parser.parse(self.keys.bytes(u.key)))
+                .collect();
             cols.extend(conv.convert_rows(rows)?);
         }
         for (j, a) in self.plan.aggs.iter().enumerate() {

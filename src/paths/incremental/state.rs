@@ -11,6 +11,7 @@ use arrow::array::{Array, ArrayRef, Decimal128Array, Float64Array, Int64Array, R
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use thund_dataflows::{AggState, Update, Value, WindowedAggregate};
 
+use super::keys::{KeyDictionary, GLOBAL};
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::closed::ClosedResults;
@@ -54,7 +55,9 @@ impl IncrementalView {
         ];
         if let Some(conv) = &self.converter {
             let parser = conv.parser();
-            cols.extend(conv.convert_rows(updates.iter().map(|u| parser.parse(&u.key)))?);
+            cols.extend(
+                conv.convert_rows(updates.iter().map(|u| parser.parse(self.keys.bytes(u.key))))?,
+            );
         }
         for j in 0..self.plan.aggs.len() {
             cols.push(Arc::new(Int64Array::from_iter_values(
@@ -138,7 +141,8 @@ impl IncrementalView {
         let bad = |m: &str| Error::format(&self.view, format!("{}: {m}", operator::AGGREGATE));
         let n_keys = self.plan.keys.len();
         state.sort_by_key(|(e, _)| *e);
-        let mut merged: BTreeMap<(Window, Vec<u8>), Vec<AggState>> = BTreeMap::new();
+        self.keys = KeyDictionary::default();
+        let mut merged: BTreeMap<(Window, u64), Vec<AggState>> = BTreeMap::new();
         for (_, b) in state {
             if b.num_columns() != 2 + n_keys + 3 * self.plan.aggs.len() {
                 return Err(bad("unexpected columns"));
@@ -192,9 +196,10 @@ impl IncrementalView {
                         },
                     })
                     .collect();
-                let key = keys
-                    .as_ref()
-                    .map_or_else(Vec::new, |k| k.row(i).data().to_vec());
+                let key = match &keys {
+                    Some(k) => self.keys.intern(k.row(i).data(), window.end),
+                    None => GLOBAL,
+                };
                 merged.insert((window, key), aggs);
             }
         }
@@ -205,7 +210,7 @@ impl IncrementalView {
         if self.mode == OutputMode::Complete {
             self.open = updates
                 .iter()
-                .map(|u| ((u.window, u.key.clone()), u.aggs.clone()))
+                .map(|u| ((u.window, u.key), u.aggs.clone()))
                 .collect();
             self.closed_results = ClosedResults::restored(closed);
         }

@@ -1,0 +1,141 @@
+//! Group keys as dense integer ids: the dataflow carries a `u64` per
+//! `(window, key)` instead of the key's bytes, so its records are `Copy` and
+//! compare as integers. The dictionary lives on the host, beside the
+//! `RowConverter` that made the bytes; an id is reclaimed once the last
+//! window that can hold its key has closed, so the dictionary holds only the
+//! keys of open windows. It is not checkpointed: state files carry the keys
+//! themselves and a restore interns them again.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
+
+use crate::time::EventTime;
+
+/// The id of the key of a query without `GROUP BY`.
+pub(super) const GLOBAL: u64 = 0;
+
+#[derive(Debug, Default)]
+pub(super) struct KeyDictionary {
+    ids: FxHashMap<Box<[u8]>, u64>,
+    /// By id: the key's bytes and the latest end of a window it was seen in
+    /// (`None`: a free id).
+    entries: Vec<Option<(Box<[u8]>, EventTime)>>,
+    free: Vec<u64>,
+    /// `(end, id)` for each time an id's latest end grew: popped when W
+    /// passes `end`, the id is free if its latest end is still `end`.
+    expiry: BinaryHeap<Reverse<(EventTime, u64)>>,
+}
+
+impl KeyDictionary {
+    /// The id of `key`, seen in a window ending at `end`.
+    pub(super) fn intern(&mut self, key: &[u8], end: EventTime) -> u64 {
+        let id = match self.ids.get(key) {
+            Some(&id) => id,
+            None => {
+                let id = match self.free.pop() {
+                    Some(id) => id,
+                    None => {
+                        self.entries.push(None);
+                        self.entries.len() as u64 - 1
+                    }
+                };
+                self.entries[id as usize] = Some((key.into(), EventTime::MIN));
+                self.ids.insert(key.into(), id);
+                id
+            }
+        };
+        if let Some((_, latest)) = self.entries[id as usize].as_mut() {
+            if end > *latest {
+                *latest = end;
+                self.expiry.push(Reverse((end, id)));
+            }
+        }
+        id
+    }
+
+    /// The bytes of `id` (empty for an unknown id, which no caller holds).
+    pub(super) fn bytes(&self, id: u64) -> &[u8] {
+        self.entries
+            .get(id as usize)
+            .and_then(|e| e.as_ref())
+            .map_or(&[], |(b, _)| b)
+    }
+
+    /// Frees the ids whose every window ends at or before `w` (they have
+    /// all closed). Call after the results of the step to `w` are rendered.
+    pub(super) fn reclaim(&mut self, w: EventTime) {
+        while let Some(&Reverse((end, id))) = self.expiry.peek() {
+            if end > w {
+                break;
+            }
+            self.expiry.pop();
+            let slot = &mut self.entries[id as usize];
+            if slot.as_ref().is_some_and(|(_, latest)| *latest == end) {
+                if let Some((bytes, _)) = slot.take() {
+                    self.ids.remove(&bytes);
+                    self.free.push(id);
+                }
+            }
+        }
+    }
+
+    /// Keys held.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_keeps_its_id_until_its_last_window_closes() {
+        let mut d = KeyDictionary::default();
+        let a = d.intern(b"a", 10);
+        let b = d.intern(b"b", 10);
+        assert_ne!(a, b);
+        assert_eq!(d.intern(b"a", 20), a, "a later window, the same id");
+        d.reclaim(10);
+        assert_eq!(
+            d.len(),
+            1,
+            "b's only window closed; a is still open until 20"
+        );
+        assert_eq!(d.bytes(a), b"a");
+        let c = d.intern(b"c", 30);
+        assert_eq!(c, b, "b's id is reused");
+        assert_eq!(d.bytes(c), b"c");
+        d.reclaim(EventTime::MAX);
+        assert_eq!(d.len(), 0);
+    }
+
+    #[test]
+    fn random_interning_agrees_with_a_map_of_latest_ends() {
+        use std::collections::BTreeMap;
+        let mut d = KeyDictionary::default();
+        let mut model: BTreeMap<Vec<u8>, EventTime> = BTreeMap::new();
+        let mut x: u64 = 17;
+        let mut w = 0;
+        for _ in 0..5_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let key = vec![(x >> 60) as u8];
+            let end = w + 1 + ((x >> 40) % 50) as EventTime;
+            let id = d.intern(&key, end);
+            assert_eq!(d.bytes(id), key.as_slice());
+            let e = model.entry(key).or_insert(end);
+            *e = (*e).max(end);
+            if x % 7 == 0 {
+                w += (x >> 20) as EventTime % 20;
+                d.reclaim(w);
+                model.retain(|_, end| *end > w);
+                assert_eq!(d.len(), model.len());
+            }
+        }
+    }
+}
