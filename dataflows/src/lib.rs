@@ -120,4 +120,4 @@ pub use error::{Error, Result};
 pub use host::handle::{ArrangementSize, Config, Step, WindowedAggregate};
 pub use state::agg::{AggKind, AggState, Update, Value};
 pub use state::preagg::PreAggregator;
-pub use window::{EventTime, Key, Window};
+pub use window::{EventTime, Key, Panes, Window};

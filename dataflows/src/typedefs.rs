@@ -1,15 +1,24 @@
 //! Spine and trace aliases, and the one place arrangements are made: named, sized, compacted.
 
+use differential_dataflow::hashable::Hashable;
+use differential_dataflow::operators::arrange::arrangement::arrange_core;
 use differential_dataflow::operators::arrange::{Arranged, TraceAgent};
 use differential_dataflow::trace::implementations::spine_fueled::SpineBatch;
+use differential_dataflow::trace::implementations::KeyBatcher;
 use differential_dataflow::trace::implementations::KeySpine;
 use differential_dataflow::trace::TraceReader;
 use differential_dataflow::VecCollection;
+use timely::dataflow::channels::pact::Exchange;
 use timely::progress::frontier::AntichainRef;
 
 use crate::state::diff::Acc;
 use crate::time::Time;
 use crate::window::{Key, Window};
+
+/// The hash that decides which worker owns a key (the host sends each update there).
+pub(crate) fn owner_hash(key: &Key) -> u64 {
+    key.hashed()
+}
 
 /// The record of the windowed-aggregate arrangement: the window is part of the key.
 pub(crate) type WindowKey = (Window, Key);
@@ -70,13 +79,21 @@ impl NamedTrace {
     }
 }
 
-/// Arranges `collection` by `(window, key)` (exchanged by its hash across workers), naming
-/// the arrangement `name`.
+/// Arranges `collection` by `(window, key)`, naming the arrangement `name`. Records are
+/// exchanged across workers by the hash of the key alone, so every window (and pane) of a
+/// key lives on one worker, where the windows of its panes are assembled.
 pub(crate) fn arrange<'scope>(
     name: &'static str,
     collection: WindowCollection<'scope>,
 ) -> (Arranged<'scope, WindowTrace>, NamedTrace) {
-    let arranged = collection.arrange_by_self_named(name);
+    let exchange =
+        Exchange::new(|update: &((WindowKey, ()), Time, Acc)| owner_hash(&(update.0).0 .1));
+    let arranged = arrange_core::<_, _, KeyBatcher<WindowKey, Time, Acc>, WindowSpine>(
+        collection.map(|k| (k, ())).inner,
+        exchange,
+        name,
+        KeyBatcher::new,
+    );
     let trace = arranged.trace.clone();
     (arranged, NamedTrace { name, trace })
 }

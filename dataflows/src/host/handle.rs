@@ -6,7 +6,6 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use differential_dataflow::hashable::Hashable;
 use serde::{Deserialize, Serialize};
 
 use super::worker::{run, Command, Link, Reply, WorkerEnd};
@@ -14,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::state::agg::{AggKind, AggState, Update};
 use crate::state::preagg::PreAggregator;
 use crate::time::{event_time, seq, start_of, Time};
-use crate::window::{EventTime, Key, Window};
+use crate::typedefs::owner_hash;
+use crate::window::{expiry, EventTime, Key, Panes, Window};
 
 /// What to run: how many worker threads, and which aggregates each `(window, key)` keeps.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,12 +23,25 @@ pub struct Config {
     pub workers: usize,
     /// The aggregates, in the order of [`Update::aggs`].
     pub aggs: Vec<AggKind>,
+    /// With panes, inserted and restored updates are panes of this geometry and the
+    /// dataflow derives the windows (see [`Panes`]); without, they are windows.
+    pub panes: Option<Panes>,
 }
 
 impl Config {
     /// One worker, the given aggregates.
     pub fn new(aggs: Vec<AggKind>) -> Self {
-        Config { workers: 1, aggs }
+        Config {
+            workers: 1,
+            aggs,
+            panes: None,
+        }
+    }
+
+    /// Takes pane updates of this geometry (see [`Panes`]).
+    pub fn with_panes(mut self, panes: Panes) -> Self {
+        self.panes = Some(panes);
+        self
     }
 
     /// Sets the number of worker threads.
@@ -50,6 +63,11 @@ pub struct Step {
     /// `(window, key)`s of still-open windows whose state changed since the previous step,
     /// with their current (provisional) states, sorted by `(window, key)`.
     pub changed: Vec<Update>,
+    /// With [`Config::panes`]: the `(pane, key)`s whose state changed since the previous
+    /// step and whose last window is still open, with their current states (what a
+    /// checkpoint of the changes saves; [`WindowedAggregate::restore`] takes them back).
+    /// Empty without panes, where `changed` is that.
+    pub changed_panes: Vec<Update>,
 }
 
 /// The size of one arrangement on one worker, as of the last step.
@@ -110,6 +128,8 @@ pub struct WindowedAggregate {
     pending: PreAggregator,
     /// Changes observed by internal steps (snapshots), owed to the next `advance_to`.
     owed: BTreeMap<(Window, Key), Vec<AggState>>,
+    /// The same for panes.
+    owed_panes: BTreeMap<(Window, Key), Vec<AggState>>,
     /// The error that made the dataflow unusable.
     poisoned: Option<Error>,
 }
@@ -152,6 +172,7 @@ impl WindowedAggregate {
         let ends = Arc::new(Mutex::new(ends));
         let abort = Arc::new(AtomicBool::new(false));
         let kinds = config.aggs.clone();
+        let panes = config.panes;
         let worker_abort = Arc::clone(&abort);
         let guards = timely::execute(timely::Config::process(n), move |worker| {
             let end = match ends.lock() {
@@ -159,7 +180,7 @@ impl WindowedAggregate {
                 Err(_) => None,
             };
             if let Some(end) = end {
-                run(worker, kinds.clone(), end, Arc::clone(&worker_abort));
+                run(worker, kinds.clone(), panes, end, Arc::clone(&worker_abort));
             }
         })
         .map_err(|reason| Error::Spawn { reason })?;
@@ -174,6 +195,7 @@ impl WindowedAggregate {
             sizes: vec![Vec::new(); n],
             open_groups: vec![0; n],
             owed: BTreeMap::new(),
+            owed_panes: BTreeMap::new(),
             poisoned: None,
         })
     }
@@ -205,6 +227,7 @@ impl WindowedAggregate {
         // them; their "changes" are not news to the caller.
         df.step(Some(df.next_time()?))?;
         df.owed.clear();
+        df.owed_panes.clear();
         Ok(df)
     }
 
@@ -250,7 +273,7 @@ impl WindowedAggregate {
         for u in self.pending.drain() {
             // The arrangement exchanges by this hash (`hash % peers`): sending each update to
             // its owner keeps the exchange local. Any other choice would also be correct.
-            let owner = ((&u.window, &u.key).hashed() % n as u64) as usize;
+            let owner = (owner_hash(&u.key) % n as u64) as usize;
             parts[owner].push(u);
         }
         for (w, part) in parts.into_iter().enumerate() {
@@ -265,7 +288,7 @@ impl WindowedAggregate {
         if u.window.start >= u.window.end {
             return Err(Error::InvalidWindow { window: u.window });
         }
-        if u.window.end <= frontier {
+        if expiry(self.config.panes, u.window) <= frontier {
             return Err(Error::Late {
                 window: u.window,
                 frontier,
@@ -317,7 +340,7 @@ impl WindowedAggregate {
         } else {
             Some(self.next_time()?)
         };
-        let (mut closed, changed) = self.step(target)?;
+        let (mut closed, changed, changed_panes) = self.step(target)?;
         closed.sort_unstable();
         if !self.owed.is_empty() {
             for u in &closed {
@@ -331,10 +354,22 @@ impl WindowedAggregate {
             .into_iter()
             .map(|((window, key), aggs)| Update { window, key, aggs })
             .collect();
+        let now = self.frontier();
+        let panes = self.config.panes;
+        self.owed_panes
+            .retain(|(pane, _), _| expiry(panes, *pane) > now);
+        for u in changed_panes {
+            self.owed_panes.insert((u.window, u.key), u.aggs);
+        }
+        let changed_panes = std::mem::take(&mut self.owed_panes)
+            .into_iter()
+            .map(|((window, key), aggs)| Update { window, key, aggs })
+            .collect();
         Ok(Step {
-            frontier: self.frontier(),
+            frontier: now,
             closed,
             changed,
+            changed_panes,
         })
     }
 
@@ -350,7 +385,8 @@ impl WindowedAggregate {
 
     /// Runs one step to `target` (`None`: end of stream) on every worker; returns the closed
     /// and changed updates (unsorted) and records frontier and state sizes.
-    fn step(&mut self, target: Option<Time>) -> Result<(Vec<Update>, Vec<Update>)> {
+    #[allow(clippy::type_complexity)]
+    fn step(&mut self, target: Option<Time>) -> Result<(Vec<Update>, Vec<Update>, Vec<Update>)> {
         self.flush_pending()?;
         for w in 0..self.links.len() {
             let command = match target {
@@ -361,6 +397,7 @@ impl WindowedAggregate {
         }
         let mut closed = Vec::new();
         let mut changed = Vec::new();
+        let mut changed_panes = Vec::new();
         let mut first_error = None;
         let mut frontier: Option<Time> = None;
         for (w, reply) in self.gather()?.into_iter().enumerate() {
@@ -374,6 +411,7 @@ impl WindowedAggregate {
                 } => {
                     closed.extend(out.closed);
                     changed.extend(out.changed);
+                    changed_panes.extend(out.changed_panes);
                     self.sizes[w] = sizes;
                     self.open_groups[w] = open_groups;
                     if first_error.is_none() {
@@ -401,7 +439,7 @@ impl WindowedAggregate {
         if let Some(e) = first_error {
             return Err(self.poison(e));
         }
-        Ok((closed, changed))
+        Ok((closed, changed, changed_panes))
     }
 
     /// The output frontier as event time: every time before it is complete, and every window
@@ -459,10 +497,13 @@ impl WindowedAggregate {
             return Ok((0..self.links.len()).map(|w| (w, Vec::new())).collect());
         }
         if !self.pending.is_empty() {
-            let (closed, changed) = self.step(Some(self.next_time()?))?;
+            let (closed, changed, changed_panes) = self.step(Some(self.next_time()?))?;
             debug_assert!(closed.is_empty());
             for u in changed {
                 self.owed.insert((u.window, u.key), u.aggs);
+            }
+            for u in changed_panes {
+                self.owed_panes.insert((u.window, u.key), u.aggs);
             }
         }
         let frontier = self.frontier();

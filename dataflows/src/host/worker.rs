@@ -18,7 +18,7 @@ use crate::state::diff::Acc;
 use crate::state::open::{OpenWindows, StepOutput};
 use crate::time::{event_time, start_of, Time};
 use crate::typedefs::NamedTrace;
-use crate::window::EventTime;
+use crate::window::{expiry, EventTime, Panes};
 
 /// A command from the host to one worker.
 #[derive(Debug)]
@@ -78,6 +78,7 @@ pub(crate) struct WorkerEnd {
 pub(crate) fn run(
     worker: &mut Worker,
     kinds: Vec<AggKind>,
+    panes: Option<Panes>,
     end: WorkerEnd,
     abort: Arc<AtomicBool>,
 ) {
@@ -87,7 +88,7 @@ pub(crate) fn run(
         trace,
         probe,
         open,
-    } = render(worker, kinds.clone());
+    } = render(worker, kinds.clone(), panes);
     let mut input = Some(input);
     let mut trace = Some(trace);
     while let Ok(command) = end.commands.recv() {
@@ -119,7 +120,7 @@ pub(crate) fn run(
                 step_reply(&probe, None, &open, EventTime::MAX)
             }
             Command::Snapshot(frontier) => Reply::Snapshot(match trace.as_ref() {
-                Some(trace) => snapshot(trace, frontier),
+                Some(trace) => snapshot(trace, frontier, panes),
                 None => Ok(Vec::new()),
             }),
             Command::Shutdown => break,
@@ -158,12 +159,13 @@ fn step_reply(
 
 /// Reads the open windows (`window.end > frontier`) from the trace: for each `(window, key)`
 /// the accumulation of its contributions before the window's end.
-fn snapshot(trace: &NamedTrace, frontier: EventTime) -> Result<Vec<Update>> {
+fn snapshot(trace: &NamedTrace, frontier: EventTime, panes: Option<Panes>) -> Result<Vec<Update>> {
     let (mut cursor, storage) = cursor_list(trace.batches());
     let mut out = Vec::new();
     while let Some((window, key)) = cursor.get_key(&storage) {
-        if window.end > frontier {
-            let end = start_of(window.end);
+        let expires = expiry(panes, *window);
+        if expires > frontier {
+            let end = start_of(expires);
             let mut acc = Acc::zero();
             while cursor.get_val(&storage).is_some() {
                 cursor.map_times(&storage, |time, diff| {

@@ -4,4 +4,4 @@ pub(crate) mod collect;
 pub(crate) mod evict;
 
 pub(crate) use collect::collect_changes;
-pub(crate) use evict::evict_at_window_end;
+pub(crate) use evict::evict_at_expiry;

@@ -7,12 +7,13 @@ use differential_dataflow::input::{Input, InputSession};
 use timely::dataflow::ProbeHandle;
 use timely::worker::Worker;
 
-use crate::operators::{collect_changes, evict_at_window_end};
+use crate::operators::{collect_changes, evict_at_expiry};
 use crate::state::agg::AggKind;
 use crate::state::diff::Acc;
 use crate::state::open::OpenWindows;
 use crate::time::Time;
 use crate::typedefs::{arrange, NamedTrace, WindowKey};
+use crate::window::Panes;
 
 /// Name of the windowed-aggregate arrangement.
 pub(crate) const ARRANGEMENT: &str = "WindowedAggregate";
@@ -37,14 +38,14 @@ pub(crate) struct Rendered {
 /// window's state is in the trace (readable for snapshots) once the input moves past it; the
 /// eviction retracts each contribution at its window's end, so the trace keeps only open
 /// windows once its compaction frontier passes their ends.
-pub(crate) fn render(worker: &mut Worker, kinds: Vec<AggKind>) -> Rendered {
-    let open = Rc::new(RefCell::new(OpenWindows::new(kinds)));
+pub(crate) fn render(worker: &mut Worker, kinds: Vec<AggKind>, panes: Option<Panes>) -> Rendered {
+    let open = Rc::new(RefCell::new(OpenWindows::new(kinds, panes)));
     let index = worker.next_dataflow_index();
     let sink = Rc::clone(&open);
     let (input, trace, probe) =
         worker.dataflow_named::<Time, _, _>("thund-windowed-aggregate", |scope| {
             let (input, contributions) = scope.new_collection::<WindowKey, Acc>();
-            let (arranged, trace) = arrange(ARRANGEMENT, evict_at_window_end(contributions));
+            let (arranged, trace) = arrange(ARRANGEMENT, evict_at_expiry(contributions, panes));
             let probe = collect_changes(arranged, sink);
             (input, trace, probe)
         });

@@ -10,7 +10,7 @@ use crate::state::agg::{AggKind, AggState, Update};
 use crate::state::diff::Acc;
 use crate::time::{start_of, Time};
 use crate::typedefs::WindowKey;
-use crate::window::{EventTime, Key, Window};
+use crate::window::{expiry, EventTime, Key, Panes, Window};
 
 /// Current states of a worker's open `(window, key)`s, ordered by window end.
 #[derive(Debug)]
@@ -20,6 +20,11 @@ pub(crate) struct OpenWindows {
     by_end: BTreeMap<(EventTime, EventTime), HashMap<Key, Vec<AggState>>>,
     /// `(window, key)`s whose state changed since the last [`OpenWindows::take_step`].
     changed: HashSet<WindowKey>,
+    /// With panes: the geometry, the states of the open panes (by expiry, start), and the
+    /// `(pane, key)`s that changed since the last step.
+    panes: Option<Panes>,
+    panes_by_expiry: BTreeMap<(EventTime, EventTime), HashMap<Key, Vec<AggState>>>,
+    changed_panes: HashSet<WindowKey>,
     /// The first error met while folding, if any.
     error: Option<Error>,
 }
@@ -31,15 +36,20 @@ pub(crate) struct StepOutput {
     pub(crate) closed: Vec<Update>,
     /// Current states of open `(window, key)`s that changed.
     pub(crate) changed: Vec<Update>,
+    /// With panes: current states of the open `(pane, key)`s that changed.
+    pub(crate) changed_panes: Vec<Update>,
 }
 
 impl OpenWindows {
     /// An empty table for the aggregates `kinds`.
-    pub(crate) fn new(kinds: Vec<AggKind>) -> Self {
+    pub(crate) fn new(kinds: Vec<AggKind>, panes: Option<Panes>) -> Self {
         OpenWindows {
             kinds,
             by_end: BTreeMap::new(),
             changed: HashSet::default(),
+            panes,
+            panes_by_expiry: BTreeMap::new(),
+            changed_panes: HashSet::default(),
             error: None,
         }
     }
@@ -49,42 +59,36 @@ impl OpenWindows {
     /// Updates at or after the window's end are its eviction and are ignored: a window's
     /// final state is its accumulation strictly before its end.
     pub(crate) fn apply(&mut self, data: &WindowKey, time: Time, diff: &Acc) {
-        let (window, key) = data;
-        if time >= start_of(window.end) {
-            return;
-        }
-        if self.error.is_some() {
+        let (unit, key) = *data;
+        if time >= start_of(expiry(self.panes, unit)) || self.error.is_some() {
             return;
         }
         if diff.overflow || diff.n < 0 || diff.parts.len() != self.kinds.len() {
-            self.fail(*window, diff);
+            self.fail(unit, diff);
             return;
         }
-        let groups = self.by_end.entry((window.end, window.start)).or_default();
-        let changed = match groups.get_mut(key) {
-            Some(states) => {
-                let mut changed = false;
-                for (i, (state, (kind, part))) in states.iter_mut().zip(&diff.parts).enumerate() {
-                    match state.combined(*kind, part) {
-                        Ok(new) => {
-                            changed |= new != *state;
-                            *state = new;
-                        }
-                        Err(e) => {
-                            self.error = Some(with_context(e, *window, i));
-                            return;
-                        }
-                    }
-                }
-                changed
-            }
-            None => {
-                groups.insert(*key, diff.parts.iter().map(|p| p.1).collect());
-                true
-            }
+        let Some(panes) = self.panes else {
+            self.fold(unit, key, diff);
+            return;
         };
-        if changed {
-            self.changed.insert((*window, *key));
+        // the pane's own state (what a checkpoint saves), then every open window holding it
+        let ends = (expiry(self.panes, unit), unit.start);
+        let pane = self.panes_by_expiry.entry(ends).or_default();
+        if fold_states(&self.kinds, pane, key, diff, unit, &mut self.error) {
+            self.changed_panes.insert((unit, key));
+        }
+        for w in panes.windows_of(unit) {
+            if time < start_of(w.end) && self.error.is_none() {
+                self.fold(w, key, diff);
+            }
+        }
+    }
+
+    /// Folds `diff` into the state of `(window, key)`.
+    fn fold(&mut self, window: Window, key: Key, diff: &Acc) {
+        let groups = self.by_end.entry((window.end, window.start)).or_default();
+        if fold_states(&self.kinds, groups, key, diff, window, &mut self.error) {
+            self.changed.insert((window, key));
         }
     }
 
@@ -122,6 +126,24 @@ impl OpenWindows {
             std::mem::replace(&mut self.by_end, open)
         };
         let mut out = StepOutput::default();
+        // panes whose last window closed are gone; report the others that changed
+        let open_panes = if frontier == EventTime::MAX {
+            BTreeMap::new()
+        } else {
+            self.panes_by_expiry
+                .split_off(&(frontier + 1, EventTime::MIN))
+        };
+        self.panes_by_expiry = open_panes;
+        for (pane, key) in self.changed_panes.drain() {
+            let ends = (expiry(self.panes, pane), pane.start);
+            if let Some(aggs) = self.panes_by_expiry.get(&ends).and_then(|g| g.get(&key)) {
+                out.changed_panes.push(Update {
+                    window: pane,
+                    key,
+                    aggs: aggs.clone(),
+                });
+            }
+        }
         for ((end, start), groups) in closed_groups {
             let window = Window { start, end };
             for (key, aggs) in groups {
@@ -150,6 +172,41 @@ impl OpenWindows {
     /// Number of open `(window, key)`s.
     pub(crate) fn len(&self) -> usize {
         self.by_end.values().map(HashMap::len).sum()
+    }
+}
+
+/// Folds `diff` into `key`'s states in `groups`; whether they changed. An error is kept
+/// in `error` (with `window` as its context); the states are then unspecified.
+fn fold_states(
+    kinds: &[AggKind],
+    groups: &mut HashMap<Key, Vec<AggState>>,
+    key: Key,
+    diff: &Acc,
+    window: Window,
+    error: &mut Option<Error>,
+) -> bool {
+    match groups.get_mut(&key) {
+        Some(states) => {
+            let mut changed = false;
+            for (i, (state, (kind, part))) in states.iter_mut().zip(&diff.parts).enumerate() {
+                match state.combined(*kind, part) {
+                    Ok(new) => {
+                        changed |= new != *state;
+                        *state = new;
+                    }
+                    Err(e) => {
+                        *error = Some(with_context(e, window, i));
+                        return false;
+                    }
+                }
+            }
+            debug_assert_eq!(kinds.len(), states.len());
+            changed
+        }
+        None => {
+            groups.insert(key, diff.parts.iter().map(|p| p.1).collect());
+            true
+        }
     }
 }
 

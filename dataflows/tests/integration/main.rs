@@ -5,4 +5,5 @@ mod bounded_state;
 mod common;
 mod errors;
 mod law;
+mod panes;
 mod snapshot_restore;

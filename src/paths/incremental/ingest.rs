@@ -92,6 +92,7 @@ impl IncrementalView {
     pub(super) fn ingest(&mut self, on_time: Vec<OnTime>, w_prev: Option<EventTime>) -> Result<()> {
         let view = self.view.clone();
         let kinds: Vec<AggKind> = self.plan.aggs.iter().map(|a| a.kind).collect();
+        let panes = self.config.panes;
         let mut updates: Vec<Update> = Vec::new();
         for o in on_time {
             let batch = &o.batch;
@@ -136,41 +137,60 @@ impl IncrementalView {
                     .map_err(|e| Error::eval(&view, e))?;
                 vals.push(self.values(a, &arr)?);
             }
-            // pre-aggregate the batch by (window, key id); a key is interned once
-            // per row, with the end of its latest window
+            // pre-aggregate the batch by (window or pane, key id); a key is interned
+            // once per row, with the end of the last window it feeds
             let mut slots: FxHashMap<(Window, u64), usize> = FxHashMap::default();
-            for i in 0..n {
-                if !pass[i] && !global {
+            let mut add = |unit: Window, key: u64, i: usize| -> Result<()> {
+                let slot = *slots.entry((unit, key)).or_insert_with(|| {
+                    updates.push(Update {
+                        window: unit,
+                        key,
+                        aggs: vec![AggState::EMPTY; kinds.len()],
+                    });
+                    updates.len() - 1
+                });
+                if pass[i] {
+                    let acc = &mut updates[slot].aggs;
+                    for (j, k) in kinds.iter().enumerate() {
+                        let s = AggState::from_value(*k, vals[j][i]);
+                        acc[j]
+                            .combine(*k, &s)
+                            .map_err(|e| Error::dataflow(&view, e))?;
+                    }
+                }
+                Ok(())
+            };
+            for (i, &passes) in pass.iter().enumerate() {
+                if !passes && !global {
                     continue; // a filtered row makes no group; a global aggregate still has its window
                 }
                 let t = o.times.value(i);
+                let pane = panes.map(|p| p.pane_of(t));
+                let expires = match (panes, pane) {
+                    (Some(p), Some(pane)) => p.expiry(pane),
+                    _ => self
+                        .plan
+                        .windows
+                        .windows_of(t)
+                        .last()
+                        .map_or(EventTime::MIN, |w| w.end),
+                };
                 let key = match &key_rows {
-                    Some(r) => {
-                        let latest = self.plan.windows.windows_of(t).map(|w| w.end).max();
-                        self.keys
-                            .intern(r.row(i).data(), latest.unwrap_or(EventTime::MIN))
-                    }
+                    Some(r) => self.keys.intern(r.row(i).data(), expires),
                     None => GLOBAL,
                 };
-                for w in self.plan.windows.windows_of(t) {
-                    if w_prev.is_some_and(|wp| w.end <= wp) {
-                        continue;
+                match pane {
+                    // a pane feeds its windows still open (the others closed before it came)
+                    Some(pane) => {
+                        if w_prev.is_none_or(|wp| expires > wp) {
+                            add(pane, key, i)?;
+                        }
                     }
-                    let slot = *slots.entry((w, key)).or_insert_with(|| {
-                        updates.push(Update {
-                            window: w,
-                            key,
-                            aggs: vec![AggState::EMPTY; kinds.len()],
-                        });
-                        updates.len() - 1
-                    });
-                    if pass[i] {
-                        let acc = &mut updates[slot].aggs;
-                        for (j, k) in kinds.iter().enumerate() {
-                            let s = AggState::from_value(*k, vals[j][i]);
-                            acc[j]
-                                .combine(*k, &s)
-                                .map_err(|e| Error::dataflow(&view, e))?;
+                    None => {
+                        for w in self.plan.windows.windows_of(t) {
+                            if w_prev.is_none_or(|wp| w.end > wp) {
+                                add(w, key, i)?;
+                            }
                         }
                     }
                 }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
-use thund_dataflows::{AggState, Config, Update, WindowedAggregate};
+use thund_dataflows::{AggState, Config, Panes, Update, WindowedAggregate};
 
 use keys::KeyDictionary;
 
@@ -90,8 +90,15 @@ impl IncrementalView {
                 .collect();
             Some(RowConverter::new(fields)?)
         };
-        let config =
+        let mut config =
             Config::new(plan.aggs.iter().map(|a| a.kind).collect()).with_workers(workers.max(1));
+        // hopping windows: one update per pane, the dataflow derives the windows
+        let w = &plan.windows;
+        if w.size() != w.slide() {
+            if let Some(p) = Panes::new(w.size(), w.slide(), w.offset()) {
+                config = config.with_panes(p);
+            }
+        }
         let dataflow =
             WindowedAggregate::spawn(config.clone()).map_err(|e| Error::dataflow(view, e))?;
         let out = output_schema(&plan.query_schema, Some(&plan.bound), mode);
@@ -143,11 +150,22 @@ impl ViewRuntime for IncrementalView {
             .advance_to(w)
             .map_err(|e| Error::dataflow(&self.view, e))?;
         if self.checkpointing {
-            for u in &step.changed {
-                self.unsaved.insert((u.window, u.key), u.aggs.clone());
-            }
-            for u in &step.closed {
-                self.unsaved.remove(&(u.window, u.key));
+            match self.config.panes {
+                // what the dataflow holds: pane states, until their last window closes
+                Some(p) => {
+                    for u in &step.changed_panes {
+                        self.unsaved.insert((u.window, u.key), u.aggs.clone());
+                    }
+                    self.unsaved.retain(|(pane, _), _| p.expiry(*pane) > w);
+                }
+                None => {
+                    for u in &step.changed {
+                        self.unsaved.insert((u.window, u.key), u.aggs.clone());
+                    }
+                    for u in &step.closed {
+                        self.unsaved.remove(&(u.window, u.key));
+                    }
+                }
             }
         }
         out.windows_closed = {

@@ -84,9 +84,11 @@ impl IncrementalView {
     /// all of them per worker when `full`, else only those changed since the
     /// last checkpoint) and Complete mode's closed results (`complete-closed`).
     pub(super) fn export_state(&mut self, full: bool) -> Result<Export> {
+        // a file is needed until the last window its states feed closes
+        let panes = self.config.panes;
         let max_end = |us: &[Update]| {
             us.iter()
-                .map(|u| u.window.end)
+                .map(|u| panes.map_or(u.window.end, |p| p.expiry(u.window)))
                 .max()
                 .unwrap_or(EventTime::MIN)
         };
@@ -180,7 +182,8 @@ impl IncrementalView {
             }
             for i in 0..b.num_rows() {
                 let window = Window::new(starts.value(i), ends.value(i));
-                if w.is_some_and(|w| window.end <= w) {
+                let expires = self.config.panes.map_or(window.end, |p| p.expiry(window));
+                if w.is_some_and(|w| expires <= w) {
                     continue; // closed since that file was written
                 }
                 let aggs = per_agg
@@ -197,7 +200,7 @@ impl IncrementalView {
                     })
                     .collect();
                 let key = match &keys {
-                    Some(k) => self.keys.intern(k.row(i).data(), window.end),
+                    Some(k) => self.keys.intern(k.row(i).data(), expires),
                     None => GLOBAL,
                 };
                 merged.insert((window, key), aggs);
@@ -208,10 +211,30 @@ impl IncrementalView {
             .map(|((window, key), aggs)| Update { window, key, aggs })
             .collect();
         if self.mode == OutputMode::Complete {
-            self.open = updates
-                .iter()
-                .map(|u| ((u.window, u.key), u.aggs.clone()))
-                .collect();
+            self.open = match self.config.panes {
+                None => updates
+                    .iter()
+                    .map(|u| ((u.window, u.key), u.aggs.clone()))
+                    .collect(),
+                // the states are panes: fold each into its windows still open
+                Some(p) => {
+                    let after = w.unwrap_or(EventTime::MIN);
+                    let kinds: Vec<_> = self.plan.aggs.iter().map(|a| a.kind).collect();
+                    let mut open = BTreeMap::new();
+                    for u in &updates {
+                        for win in p.windows_of(u.window).filter(|win| win.end > after) {
+                            let states: &mut Vec<AggState> = open
+                                .entry((win, u.key))
+                                .or_insert_with(|| vec![AggState::EMPTY; kinds.len()]);
+                            for ((s, k), x) in states.iter_mut().zip(&kinds).zip(&u.aggs) {
+                                s.combine(*k, x)
+                                    .map_err(|e| Error::dataflow(&self.view, e))?;
+                            }
+                        }
+                    }
+                    open
+                }
+            };
             self.closed_results = ClosedResults::restored(closed);
         }
         self.dataflow =
