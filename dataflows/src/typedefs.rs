@@ -15,9 +15,16 @@ use crate::state::diff::Acc;
 use crate::time::Time;
 use crate::window::{Key, Window};
 
-/// The hash that decides which worker owns a key (the host sends each update there).
-pub(crate) fn owner_hash(key: &Key) -> u64 {
-    key.hashed()
+/// The hash that decides which worker owns a record (the host sends each update there):
+/// of the key alone with panes (a key's panes must meet where its windows are folded),
+/// else of `(window, key)`, which spreads a key's windows (and a global aggregate's) over
+/// the workers.
+pub(crate) fn owner_hash(data: &WindowKey, by_key: bool) -> u64 {
+    if by_key {
+        data.1.hashed()
+    } else {
+        data.hashed()
+    }
 }
 
 /// The record of the windowed-aggregate arrangement: the window is part of the key.
@@ -80,14 +87,16 @@ impl NamedTrace {
 }
 
 /// Arranges `collection` by `(window, key)`, naming the arrangement `name`. Records are
-/// exchanged across workers by the hash of the key alone, so every window (and pane) of a
-/// key lives on one worker, where the windows of its panes are assembled.
+/// exchanged across workers by [`owner_hash`]: with `by_key`, every pane of a key lives on
+/// one worker, where its windows are assembled.
 pub(crate) fn arrange<'scope>(
     name: &'static str,
     collection: WindowCollection<'scope>,
+    by_key: bool,
 ) -> (Arranged<'scope, WindowTrace>, NamedTrace) {
-    let exchange =
-        Exchange::new(|update: &((WindowKey, ()), Time, Acc)| owner_hash(&(update.0).0 .1));
+    let exchange = Exchange::new(move |update: &((WindowKey, ()), Time, Acc)| {
+        owner_hash(&(update.0).0, by_key)
+    });
     let arranged = arrange_core::<_, _, KeyBatcher<WindowKey, Time, Acc>, WindowSpine>(
         collection.map(|k| (k, ())).inner,
         exchange,

@@ -273,7 +273,8 @@ impl WindowedAggregate {
         for u in self.pending.drain() {
             // The arrangement exchanges by this hash (`hash % peers`): sending each update to
             // its owner keeps the exchange local. Any other choice would also be correct.
-            let owner = (owner_hash(&u.key) % n as u64) as usize;
+            let owner =
+                (owner_hash(&(u.window, u.key), self.config.panes.is_some()) % n as u64) as usize;
             parts[owner].push(u);
         }
         for (w, part) in parts.into_iter().enumerate() {

@@ -45,7 +45,11 @@ pub(crate) fn render(worker: &mut Worker, kinds: Vec<AggKind>, panes: Option<Pan
     let (input, trace, probe) =
         worker.dataflow_named::<Time, _, _>("thund-windowed-aggregate", |scope| {
             let (input, contributions) = scope.new_collection::<WindowKey, Acc>();
-            let (arranged, trace) = arrange(ARRANGEMENT, evict_at_expiry(contributions, panes));
+            let (arranged, trace) = arrange(
+                ARRANGEMENT,
+                evict_at_expiry(contributions, panes),
+                panes.is_some(),
+            );
             let probe = collect_changes(arranged, sink);
             (input, trace, probe)
         });

@@ -51,7 +51,7 @@ fn state_stays_bounded_by_open_windows_times_keys() {
             let x = rng.below(1000) as i64 - 500;
             for window in windows_of(t) {
                 if window.end > w {
-                    pre.add(window, key.clone(), row_states(&kinds, Some(x)))
+                    pre.add(window, key, row_states(&kinds, Some(x)))
                         .expect("add");
                 }
             }

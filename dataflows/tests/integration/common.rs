@@ -48,15 +48,14 @@ impl Oracle {
     }
 
     pub fn add(&mut self, u: &Update) {
-        match self.groups.get_mut(&(u.window, u.key.clone())) {
+        match self.groups.get_mut(&(u.window, u.key)) {
             Some(acc) => {
                 for ((k, a), b) in self.kinds.iter().zip(acc.iter_mut()).zip(&u.aggs) {
                     a.combine(*k, b).expect("oracle fold");
                 }
             }
             None => {
-                self.groups
-                    .insert((u.window, u.key.clone()), u.aggs.clone());
+                self.groups.insert((u.window, u.key), u.aggs.clone());
             }
         }
     }
@@ -66,7 +65,7 @@ impl Oracle {
         self.groups
             .iter()
             .filter(|((win, _), _)| (win.end > w) == open)
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, v)| (*k, v.clone()))
             .collect()
     }
 }

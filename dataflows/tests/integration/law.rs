@@ -86,9 +86,9 @@ fn check_step(
             "closed late: {:?}",
             u.window
         );
-        let k = (u.window, u.key.clone());
+        let k = (u.window, u.key);
         prop_assert!(!closed_all.contains_key(&k), "closed twice: {:?}", k);
-        closed_all.insert(k.clone(), u.aggs.clone());
+        closed_all.insert(k, u.aggs.clone());
         reported.remove(&k);
     }
     // `changed`: exactly the open groups whose state differs from the last report.
@@ -96,7 +96,7 @@ fn check_step(
     let expected: Groups = open
         .iter()
         .filter(|(k, v)| reported.get(*k) != Some(*v))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (*k, v.clone()))
         .collect();
     let changed = as_map(step.changed);
     prop_assert_eq!(&changed, &expected, "changed at {}", w);

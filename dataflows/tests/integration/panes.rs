@@ -41,6 +41,12 @@ fn triggers() -> impl Strategy<Value = ((i64, i64), Vec<Trigger>)> {
     (geometry, prop::collection::vec(trigger, 1..12))
 }
 
+/// Each step's (closed, changed), and with panes the snapshot taken after one trigger.
+type Outcome = (
+    Vec<(Vec<Update>, Vec<Update>)>,
+    Option<(EventTime, Vec<Update>)>,
+);
+
 /// Runs the triggers on a dataflow; returns each step's (closed, changed) sorted, and
 /// with panes the snapshot taken after trigger `snap_at`.
 fn run(
@@ -49,10 +55,7 @@ fn run(
     panes: bool,
     workers: usize,
     snap_at: usize,
-) -> (
-    Vec<(Vec<Update>, Vec<Update>)>,
-    Option<(EventTime, Vec<Update>)>,
-) {
+) -> Outcome {
     let mut config = Config::new(KINDS.to_vec()).with_workers(workers);
     let geometry = Panes::new(size, slide, 0).expect("geometry");
     if panes {

@@ -42,7 +42,7 @@ fn stream(seed: u64, triggers: usize) -> Vec<Trigger> {
                 if window.end > w {
                     updates.push(Update {
                         window,
-                        key: key.clone(),
+                        key,
                         aggs: row_states(&kinds, x),
                     });
                 }
