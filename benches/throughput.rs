@@ -76,7 +76,11 @@ fn hand_written(batches: &[arrow::array::RecordBatch]) -> usize {
 }
 
 fn engine_run(batches: &[arrow::array::RecordBatch]) -> usize {
-    let mut e = common::engine(ExecMode::Auto, OutputMode::Append);
+    engine_run_on(batches, 1)
+}
+
+fn engine_run_on(batches: &[arrow::array::RecordBatch], workers: usize) -> usize {
+    let mut e = common::engine_with(ExecMode::Auto, OutputMode::Append, workers);
     let mut rows = 0;
     for b in batches {
         e.push("t", b.clone()).expect("push");
@@ -122,6 +126,23 @@ fn bench(c: &mut Criterion) {
         rate(inc),
         rate(hand),
         hand.as_secs_f64() / inc.as_secs_f64()
+    );
+
+    // 2 workers against 1, same run: best of 5 each, interleaved
+    let (mut one, mut two) = (Duration::MAX, Duration::MAX);
+    for _ in 0..5 {
+        let t = Instant::now();
+        std::hint::black_box(engine_run_on(&batches, 1));
+        one = one.min(t.elapsed());
+        let t = Instant::now();
+        std::hint::black_box(engine_run_on(&batches, 2));
+        two = two.min(t.elapsed());
+    }
+    println!(
+        "workers: 1 worker {:.2} M rows/s, 2 workers {:.2} M rows/s, 2 / 1 = {:.2}",
+        rate(one),
+        rate(two),
+        one.as_secs_f64() / two.as_secs_f64()
     );
 }
 

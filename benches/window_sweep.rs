@@ -11,7 +11,9 @@
 //! row per trigger.
 //!
 //! `THUND_SWEEP_ROWS` sets the rows per run (default 1 000 000);
-//! `THUND_SWEEP_ONLY=<substring>` runs only the windows whose name contains it.
+//! `THUND_SWEEP_ONLY=<substring>` runs only the windows whose name contains it;
+//! `THUND_SWEEP_PER=1000` only that trigger size; `THUND_SWEEP_PATH=incremental`
+//! (or `recompute`) only that path, for a profile of it.
 
 #![allow(missing_docs)]
 
@@ -106,6 +108,10 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
     let only = std::env::var("THUND_SWEEP_ONLY").unwrap_or_default();
+    let path = std::env::var("THUND_SWEEP_PATH").unwrap_or_default();
+    let per_only: Option<usize> = std::env::var("THUND_SWEEP_PER")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let s = Duration::from_secs;
     let windows = [
         ("tumbling 10 s", WindowSpec::tumbling(s(10))),
@@ -125,8 +131,18 @@ fn main() {
             continue;
         }
         for per in [10_000usize, 1_000] {
-            let mut inc = run(w, ExecMode::Auto, rows, per);
-            let mut rec = run(w, ExecMode::Recompute, rows, per);
+            if per_only.is_some_and(|p| p != per) {
+                continue;
+            }
+            let runs = |mode, name| {
+                if path.is_empty() || path == name {
+                    run(w, mode, rows, per)
+                } else {
+                    vec![Duration::from_nanos(1)]
+                }
+            };
+            let mut inc = runs(ExecMode::Auto, "incremental");
+            let mut rec = runs(ExecMode::Recompute, "recompute");
             let (i50, i99) = (pct(&mut inc, 0.5), pct(&mut inc, 0.99));
             let (r50, r99) = (pct(&mut rec, 0.5), pct(&mut rec, 0.99));
             println!(
@@ -134,6 +150,9 @@ fn main() {
                 r50.as_secs_f64() / i50.as_secs_f64()
             );
         }
+    }
+    if !path.is_empty() {
+        return;
     }
     // fixed cost: 1 row per trigger, tumbling 10 s, after 2 000 warm-up triggers
     let w = WindowSpec::tumbling(s(10));

@@ -51,7 +51,11 @@ pub fn batch(i: usize) -> RecordBatch {
 }
 
 pub fn engine(mode: ExecMode, output: OutputMode) -> Engine {
-    let mut e = Engine::builder().build().expect("engine");
+    engine_with(mode, output, 1)
+}
+
+pub fn engine_with(mode: ExecMode, output: OutputMode, workers: usize) -> Engine {
+    let mut e = Engine::builder().workers(workers).build().expect("engine");
     e.create_view(
         ViewSpec::builder("v", SQL)
             .source("t", "ts", schema())
