@@ -14,10 +14,10 @@ const KINDS: [AggKind; 5] = [
     AggKind::SumFloat,
 ];
 
-/// Every window of `(size, slide)` holding `t` (the test's own arithmetic).
-fn windows_of(size: i64, slide: i64, t: i64) -> Vec<Window> {
+/// Every window of `(size, slide)` at `offset` holding `t` (the test's own arithmetic).
+fn windows_of(size: i64, slide: i64, offset: i64, t: i64) -> Vec<Window> {
     let mut out = Vec::new();
-    let mut s = t.div_euclid(slide) * slide;
+    let mut s = (t - offset).div_euclid(slide) * slide + offset;
     while s + size > t {
         out.push(Window::new(s, s + size));
         s -= slide;
@@ -27,13 +27,20 @@ fn windows_of(size: i64, slide: i64, t: i64) -> Vec<Window> {
 
 type Trigger = (Vec<(i64, u64, Option<i64>)>, i64);
 
-fn triggers() -> impl Strategy<Value = ((i64, i64), Vec<Trigger>)> {
-    let geometry = prop_oneof![
-        Just((30, 10)),
-        Just((40, 15)),
-        Just((20, 20)),
-        Just((50, 20))
-    ];
+/// `(size, slide, offset)` in ms.
+type Geometry = (i64, i64, i64);
+
+fn triggers() -> impl Strategy<Value = (Geometry, Vec<Trigger>)> {
+    let geometry = (
+        prop_oneof![
+            Just((30, 10)),
+            Just((40, 15)),
+            Just((20, 20)),
+            Just((50, 20))
+        ],
+        -7i64..7,
+    )
+        .prop_map(|((size, slide), offset)| (size, slide, offset));
     let trigger = (
         prop::collection::vec((0i64..40, 0u64..4, prop::option::of(-20i64..20)), 0..20),
         0i64..25,
@@ -50,14 +57,14 @@ type Outcome = (
 /// Runs the triggers on a dataflow; returns each step's (closed, changed) sorted, and
 /// with panes the snapshot taken after trigger `snap_at`.
 fn run(
-    (size, slide): (i64, i64),
+    (size, slide, offset): Geometry,
     triggers: &[Trigger],
     panes: bool,
     workers: usize,
     snap_at: usize,
 ) -> Outcome {
     let mut config = Config::new(KINDS.to_vec()).with_workers(workers);
-    let geometry = Panes::new(size, slide, 0).expect("geometry");
+    let geometry = Panes::new(size, slide, offset).expect("geometry");
     if panes {
         config = config.with_panes(geometry);
     }
@@ -79,7 +86,7 @@ fn run(
                     });
                 }
             } else {
-                for window in windows_of(size, slide, t) {
+                for window in windows_of(size, slide, offset, t) {
                     if window.end > w {
                         updates.push(Update {
                             window,
@@ -129,13 +136,13 @@ proptest! {
         if let Some((w, state)) = snap {
             let config = Config::new(KINDS.to_vec())
                 .with_workers(3 - workers)
-                .with_panes(Panes::new(geometry.0, geometry.1, 0).expect("geometry"));
+                .with_panes(Panes::new(geometry.0, geometry.1, geometry.2).expect("geometry"));
             let mut restored = WindowedAggregate::restore(config, w, state).expect("restore");
             let mut rest = Vec::new();
             let mut base: i64 = trigs.iter().take(snap_at + 1).map(|t| t.1).sum();
             let mut now = w;
             for (rows, advance) in trigs.iter().skip(snap_at + 1) {
-                let g = Panes::new(geometry.0, geometry.1, 0).expect("geometry");
+                let g = Panes::new(geometry.0, geometry.1, geometry.2).expect("geometry");
                 let updates = rows
                     .iter()
                     .filter_map(|&(dt, key, x)| {
