@@ -160,38 +160,30 @@ impl IncrementalView {
                 }
                 Ok(())
             };
+            let mut units: Vec<Window> = Vec::new();
             for (i, &passes) in pass.iter().enumerate() {
                 if !passes && !global {
                     continue; // a filtered row makes no group; a global aggregate still has its window
                 }
                 let t = o.times.value(i);
-                let pane = panes.map(|p| p.pane_of(t));
-                let expires = match (panes, pane) {
-                    (Some(p), Some(pane)) => p.expiry(pane),
-                    _ => self
-                        .plan
-                        .windows
-                        .windows_of(t)
-                        .last()
-                        .map_or(EventTime::MIN, |w| w.end),
+                // what the row feeds, computed once: its pane, or its windows
+                units.clear();
+                match panes {
+                    Some(p) => units.push(p.pane_of(t)),
+                    None => units.extend(self.plan.windows.windows_of(t)),
+                }
+                let expiry = |u: &Window| panes.map_or(u.end, |p| p.expiry(*u));
+                let Some(expires) = units.last().map(expiry) else {
+                    continue; // no window can place it (refused before ingest)
                 };
                 let key = match &key_rows {
                     Some(r) => self.keys.intern(r.row(i).data(), expires),
                     None => GLOBAL,
                 };
-                match pane {
-                    // a pane feeds its windows still open (the others closed before it came)
-                    Some(pane) => {
-                        if w_prev.is_none_or(|wp| expires > wp) {
-                            add(pane, key, i)?;
-                        }
-                    }
-                    None => {
-                        for w in self.plan.windows.windows_of(t) {
-                            if w_prev.is_none_or(|wp| w.end > wp) {
-                                add(w, key, i)?;
-                            }
-                        }
+                // only units that still feed an open window (the others closed before the row came)
+                for u in &units {
+                    if w_prev.is_none_or(|wp| expiry(u) > wp) {
+                        add(*u, key, i)?;
                     }
                 }
             }
