@@ -77,13 +77,13 @@ impl std::fmt::Display for AggregatePlan {
             f,
             "  windows: size {size} ms, slide {slide} ms, offset {offset} ms"
         )?;
-        if size != slide {
-            // the dataflow's state is per pane, each window folded from its panes
-            let (mut a, mut b) = (size, slide);
-            while b != 0 {
-                (a, b) = (b, a % b);
-            }
-            writeln!(f, "  state: panes of {a} ms, one update per pane and key")?;
+        // hopping: the dataflow's state is per pane, each window folded from its panes
+        if let Some(p) = crate::window::Panes::new(size, slide, offset).filter(|_| size != slide) {
+            writeln!(
+                f,
+                "  state: panes of {} ms, one update per pane and key",
+                p.width()
+            )?;
         }
         if let Some(w) = &self.filter {
             writeln!(f, "  pre:  WHERE {w}")?;

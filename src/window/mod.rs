@@ -9,7 +9,7 @@ pub(crate) mod late;
 use crate::time::EventTime;
 
 /// A half-open event-time window `[start, end)` (the dataflow crate's type, shared).
-pub use thund_dataflows::Window;
+pub use thund_dataflows::{Panes, Window};
 
 /// Tumbling (`slide == size`) or hopping windows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,7 +17,8 @@ pub struct TimeWindows {
     size: i64,
     slide: i64,
     offset: i64,
-    pane: i64,
+    /// The pane arithmetic, shared with the dataflow (one definition).
+    panes: Panes,
 }
 
 /// The largest `offset + k * unit` at or before `t`, exactly (in `i128`).
@@ -35,14 +36,6 @@ fn clamp(x: i128) -> EventTime {
     })
 }
 
-fn gcd(a: i64, b: i64) -> i64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
 impl TimeWindows {
     /// Windows of `size` every `slide` ms, shifted by `offset` ms; `None`
     /// unless `0 < slide <= size`.
@@ -55,11 +48,14 @@ impl TimeWindows {
     /// assert!(TimeWindows::new(1_000, 2_000, 0).is_none()); // gaps between windows
     /// ```
     pub fn new(size: i64, slide: i64, offset: i64) -> Option<Self> {
-        (slide > 0 && slide <= size).then(|| TimeWindows {
+        if slide <= 0 || slide > size {
+            return None;
+        }
+        Some(TimeWindows {
             size,
             slide,
             offset: offset.rem_euclid(slide),
-            pane: gcd(size, slide),
+            panes: Panes::new(size, slide, offset)?,
         })
     }
 
@@ -117,12 +113,17 @@ impl TimeWindows {
 
     /// Start of the pane holding `t`.
     pub fn pane_of(&self, t: EventTime) -> EventTime {
-        clamp(align(t, self.pane, self.offset))
+        self.panes.pane_of(t).start
     }
 
     /// Pane width in ms.
     pub fn pane_width(&self) -> i64 {
-        self.pane
+        self.panes.width()
+    }
+
+    /// The panes of these windows, as the dataflow takes them.
+    pub fn panes(&self) -> Panes {
+        self.panes
     }
 
     /// The latest-starting window that holds `t` (the last of its windows to close).
@@ -152,7 +153,7 @@ impl TimeWindows {
     /// The end of the last window that holds the pane starting at `pane`:
     /// once W reaches it, the pane's rows can be evicted.
     pub fn pane_expiry(&self, pane: EventTime) -> EventTime {
-        self.last_window(pane).end
+        self.panes.expiry(self.panes.pane_of(pane))
     }
 }
 

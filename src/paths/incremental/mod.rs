@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
-use thund_dataflows::{AggState, Config, Panes, Update, WindowedAggregate};
+use thund_dataflows::{AggState, Config, Update, WindowedAggregate};
 
 use keys::KeyDictionary;
 
@@ -93,11 +93,8 @@ impl IncrementalView {
         let mut config =
             Config::new(plan.aggs.iter().map(|a| a.kind).collect()).with_workers(workers.max(1));
         // hopping windows: one update per pane, the dataflow derives the windows
-        let w = &plan.windows;
-        if w.size() != w.slide() {
-            if let Some(p) = Panes::new(w.size(), w.slide(), w.offset()) {
-                config = config.with_panes(p);
-            }
+        if plan.windows.size() != plan.windows.slide() {
+            config = config.with_panes(plan.windows.panes());
         }
         let dataflow =
             WindowedAggregate::spawn(config.clone()).map_err(|e| Error::dataflow(view, e))?;
