@@ -216,22 +216,7 @@ impl AggState {
             }
             (_, a, Value::Null) if kind.accepts(&a) => a,
             (_, Value::Null, b) if kind.accepts(&b) => b,
-            (AggKind::SumInt, Value::Int(a), Value::Int(b)) => {
-                Value::Int(a.checked_add(b).ok_or_else(overflow)?)
-            }
-            (AggKind::MinInt, Value::Int(a), Value::Int(b)) => Value::Int(a.min(b)),
-            (AggKind::MaxInt, Value::Int(a), Value::Int(b)) => Value::Int(a.max(b)),
-            (AggKind::SumFloat, Value::Float(a), Value::Float(b)) => Value::Float(a + b),
-            (AggKind::MinFloat, Value::Float(a), Value::Float(b)) => {
-                Value::Float(if b.total_cmp(&a).is_lt() { b } else { a })
-            }
-            (AggKind::MaxFloat, Value::Float(a), Value::Float(b)) => {
-                Value::Float(if b.total_cmp(&a).is_gt() { b } else { a })
-            }
-            (_, a, b) => {
-                let value = if kind.accepts(&a) { b } else { a };
-                return Err(Error::TypeMismatch { kind, value });
-            }
+            (_, a, b) => merge(kind, a, b)?,
         };
         Ok(AggState { count, value })
     }
@@ -255,6 +240,73 @@ impl AggState {
         *self = self.combined(kind, other)?;
         Ok(())
     }
+
+    /// Folds one non-null input: the same as
+    /// `self.combine(kind, &AggState::from_value(kind, value))`, without its general
+    /// dispatch (this is the per-row step of a column-wise fold). A `Null` input changes
+    /// nothing. On error `self` is unchanged.
+    ///
+    /// ```
+    /// use thund_dataflows::{AggKind, AggState, Value};
+    /// let mut s = AggState::EMPTY;
+    /// for x in [3, -2, 7] {
+    ///     s.fold(AggKind::MinInt, Value::Int(x))?;
+    /// }
+    /// assert_eq!(s, AggState { count: 3, value: Value::Int(-2) });
+    /// # Ok::<(), thund_dataflows::Error>(())
+    /// ```
+    #[inline]
+    pub fn fold(&mut self, kind: AggKind, value: Value) -> Result<()> {
+        let overflow = || Error::Overflow {
+            kind,
+            window: None,
+            detail: String::new(),
+        };
+        if value.is_null() {
+            return Ok(());
+        }
+        let count = self.count.checked_add(1).ok_or_else(overflow)?;
+        let folded = match (kind, self.value) {
+            (AggKind::Count, _) => Value::Int(i128::from(count)),
+            (_, Value::Null) if kind.accepts(&value) => value,
+            (_, a) => merge(kind, a, value)?,
+        };
+        *self = AggState {
+            count,
+            value: folded,
+        };
+        Ok(())
+    }
+}
+
+/// The value of two non-null values folded by an aggregate of kind `kind` (not `Count`):
+/// [`Error::Overflow`] when an `i128` sum overflows, [`Error::TypeMismatch`] when a value
+/// does not suit `kind` (naming the first that does not).
+#[inline]
+fn merge(kind: AggKind, a: Value, b: Value) -> Result<Value> {
+    let overflow = || Error::Overflow {
+        kind,
+        window: None,
+        detail: String::new(),
+    };
+    Ok(match (kind, a, b) {
+        (AggKind::SumInt, Value::Int(a), Value::Int(b)) => {
+            Value::Int(a.checked_add(b).ok_or_else(overflow)?)
+        }
+        (AggKind::MinInt, Value::Int(a), Value::Int(b)) => Value::Int(a.min(b)),
+        (AggKind::MaxInt, Value::Int(a), Value::Int(b)) => Value::Int(a.max(b)),
+        (AggKind::SumFloat, Value::Float(a), Value::Float(b)) => Value::Float(a + b),
+        (AggKind::MinFloat, Value::Float(a), Value::Float(b)) => {
+            Value::Float(if b.total_cmp(&a).is_lt() { b } else { a })
+        }
+        (AggKind::MaxFloat, Value::Float(a), Value::Float(b)) => {
+            Value::Float(if b.total_cmp(&a).is_gt() { b } else { a })
+        }
+        (_, a, b) => {
+            let value = if kind.accepts(&a) { b } else { a };
+            return Err(Error::TypeMismatch { kind, value });
+        }
+    })
 }
 
 /// One `(window, key)` with a state per aggregate, in the order of [`crate::Config::aggs`].
@@ -352,6 +404,58 @@ mod tests {
         assert!(c
             .combine(AggKind::Count, &st(AggKind::Count, Value::Int(0)))
             .is_err());
+    }
+
+    #[test]
+    fn fold_is_combine_of_from_value() {
+        let kinds = [
+            AggKind::Count,
+            AggKind::SumInt,
+            AggKind::SumFloat,
+            AggKind::MinInt,
+            AggKind::MaxInt,
+            AggKind::MinFloat,
+            AggKind::MaxFloat,
+        ];
+        let values = [
+            Value::Null,
+            Value::Int(0),
+            Value::Int(-3),
+            Value::Int(i128::MAX),
+            Value::Int(i128::MIN),
+            Value::Float(-0.0),
+            Value::Float(2.5),
+            Value::Float(f64::NAN),
+            Value::Float(f64::NEG_INFINITY),
+        ];
+        for k in kinds {
+            // every state of this kind reachable in up to two inputs, and a count at its limit
+            let mut states = vec![AggState::EMPTY];
+            if k == AggKind::Count {
+                states.push(AggState {
+                    count: i64::MAX,
+                    value: Value::Int(i128::from(i64::MAX)),
+                });
+            }
+            for a in values {
+                for b in values {
+                    let mut s = AggState::from_value(k, a);
+                    if s.validate(k).is_ok() && s.combine(k, &AggState::from_value(k, b)).is_ok() {
+                        states.push(s);
+                    }
+                }
+            }
+            for s in &states {
+                for v in values {
+                    let mut by_fold = *s;
+                    let mut by_combine = *s;
+                    let f = by_fold.fold(k, v);
+                    let c = by_combine.combine(k, &AggState::from_value(k, v));
+                    assert_eq!(format!("{f:?}"), format!("{c:?}"), "{k:?} {s:?} {v:?}");
+                    assert_eq!(by_fold, by_combine, "{k:?} {s:?} {v:?}");
+                }
+            }
+        }
     }
 
     #[test]
