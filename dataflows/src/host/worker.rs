@@ -96,7 +96,7 @@ pub(crate) fn run(
             Command::Insert(updates) => {
                 if let Some(input) = input.as_mut() {
                     for u in updates {
-                        input.update((u.window, u.key), Acc::insert(&kinds, u.aggs));
+                        input.update((u.window, u.key), Acc::insert(&kinds, &u.aggs));
                     }
                 }
                 continue;
@@ -177,7 +177,7 @@ fn snapshot(trace: &NamedTrace, frontier: EventTime, panes: Option<Panes>) -> Re
             }
             if acc.overflow {
                 return Err(Error::Overflow {
-                    kind: acc.parts.first().map_or(AggKind::SumInt, |p| p.0),
+                    kind: acc.first_kind().unwrap_or(AggKind::SumInt),
                     window: Some(*window),
                     detail: "in the dataflow's accumulation".to_string(),
                 });
@@ -186,7 +186,7 @@ fn snapshot(trace: &NamedTrace, frontier: EventTime, panes: Option<Panes>) -> Re
                 out.push(Update {
                     window: *window,
                     key: *key,
-                    aggs: acc.parts.into_iter().map(|p| p.1).collect(),
+                    aggs: acc.states().collect(),
                 });
             }
         }

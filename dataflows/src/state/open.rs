@@ -63,7 +63,7 @@ impl OpenWindows {
         if time >= start_of(expiry(self.panes, unit)) || self.error.is_some() {
             return;
         }
-        if diff.overflow || diff.n < 0 || diff.parts.len() != self.kinds.len() {
+        if diff.overflow || diff.n < 0 || diff.len() != self.kinds.len() {
             self.fail(unit, diff);
             return;
         }
@@ -94,9 +94,7 @@ impl OpenWindows {
 
     fn fail(&mut self, window: Window, diff: &Acc) {
         let kind = diff
-            .parts
-            .first()
-            .map(|p| p.0)
+            .first_kind()
             .or_else(|| self.kinds.first().copied())
             .unwrap_or(AggKind::SumInt);
         self.error = Some(Error::Overflow {
@@ -188,8 +186,9 @@ fn fold_states(
     match groups.get_mut(&key) {
         Some(states) => {
             let mut changed = false;
-            for (i, (state, (kind, part))) in states.iter_mut().zip(&diff.parts).enumerate() {
-                match state.combined(*kind, part) {
+            for (i, state) in states.iter_mut().enumerate() {
+                let (kind, part) = diff.get(i);
+                match state.combined(kind, &part) {
                     Ok(new) => {
                         changed |= new != *state;
                         *state = new;
@@ -204,7 +203,7 @@ fn fold_states(
             changed
         }
         None => {
-            groups.insert(key, diff.parts.iter().map(|p| p.1).collect());
+            groups.insert(key, diff.states().collect());
             true
         }
     }
