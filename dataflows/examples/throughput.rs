@@ -1,5 +1,6 @@
 //! Throughput of the windowed-aggregate dataflow, with the caller pre-aggregating each batch
-//! (`PreAggregator`) or handing `insert` one update per row (which `insert` then folds).
+//! (`PreAggregator`) or handing `insert` one update per row (which the arrangement then sums:
+//! the dataflow's cost per update).
 //!
 //! `cargo run --release -p thund-dataflows --example throughput -- [rows] [keys] [workers] [rows/ms]`
 //! (defaults: 10 000 000 rows, 1 000 keys, 1 worker, 10 rows per ms of event time). Rows

@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 use super::worker::{run, Command, Link, Reply, WorkerEnd};
 use crate::error::{Error, Result};
 use crate::state::agg::{AggKind, AggState, Update};
-use crate::state::preagg::PreAggregator;
 use crate::time::{event_time, seq, start_of, Time};
 use crate::typedefs::owner_hash;
 use crate::window::{expiry, EventTime, Key, Panes, Window};
@@ -123,9 +122,9 @@ pub struct WindowedAggregate {
     sizes: Vec<Vec<(&'static str, usize)>>,
     /// Each worker's open `(window, key)`s after the last step.
     open_groups: Vec<usize>,
-    /// Updates inserted since the last step, folded by `(window, key)`; sent to the workers
-    /// at the next step.
-    pending: PreAggregator,
+    /// Updates inserted since the last step, by the worker that owns them; sent at the
+    /// next step.
+    pending: Vec<Vec<Update>>,
     /// Changes observed by internal steps (snapshots), owed to the next `advance_to`.
     owed: BTreeMap<(Window, Key), Vec<AggState>>,
     /// The same for panes.
@@ -185,7 +184,7 @@ impl WindowedAggregate {
         })
         .map_err(|reason| Error::Spawn { reason })?;
         Ok(WindowedAggregate {
-            pending: PreAggregator::new(config.aggs.clone()),
+            pending: vec![Vec::new(); n],
             config,
             links,
             guards: Some(guards),
@@ -244,45 +243,46 @@ impl WindowedAggregate {
     /// with `start >= end` [`Error::InvalidWindow`]); on any of these errors nothing of the
     /// call is applied.
     ///
-    /// Updates are folded by `(window, key)` on the host until the next step (as a
-    /// [`PreAggregator`] does), so the dataflow sees one update per `(window, key)` per step
-    /// however many arrive. An `i128` overflow in that fold is [`Error::Overflow`] and
-    /// poisons the dataflow, as an overflow found by a step does.
+    /// Updates are routed to the worker that owns their `(window, key)` and enter its input
+    /// at the next step; updates of one `(window, key)` are summed there (by the
+    /// arrangement's consolidation), so callers should pre-aggregate (see
+    /// [`crate::PreAggregator`]): the dataflow's cost is per update. An `i128` overflow of such a
+    /// sum is [`Error::Overflow`] from the next step, and poisons the dataflow.
     pub fn insert(&mut self, updates: Vec<Update>) -> Result<()> {
         self.check_usable()?;
         let frontier = self.frontier();
         for u in &updates {
             self.validate(u, frontier)?;
         }
+        let n = self.pending.len() as u64;
+        let by_key = self.config.panes.is_some();
         for u in updates {
-            if let Err(e) = self.pending.add(u.window, u.key, u.aggs) {
-                // The rows folded so far cannot be told apart from this one's: give up.
-                return Err(self.poison(e));
+            // The arrangement exchanges by this hash (`hash % peers`): sending each update
+            // to its owner keeps the exchange local. Any other choice would also be correct.
+            let owner = if n == 1 {
+                0
+            } else {
+                (owner_hash(&(u.window, u.key), by_key) % n) as usize
+            };
+            self.pending[owner].push(u);
+        }
+        Ok(())
+    }
+
+    /// Sends the pending updates to their workers.
+    fn flush_pending(&mut self) -> Result<()> {
+        for w in 0..self.pending.len() {
+            if !self.pending[w].is_empty() {
+                let part = std::mem::take(&mut self.pending[w]);
+                self.send(w, Command::Insert(part))?;
             }
         }
         Ok(())
     }
 
-    /// Sends the pending (pre-aggregated) updates to the workers that own their keys.
-    fn flush_pending(&mut self) -> Result<()> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let n = self.links.len();
-        let mut parts: Vec<Vec<Update>> = vec![Vec::new(); n];
-        for u in self.pending.drain() {
-            // The arrangement exchanges by this hash (`hash % peers`): sending each update to
-            // its owner keeps the exchange local. Any other choice would also be correct.
-            let owner =
-                (owner_hash(&(u.window, u.key), self.config.panes.is_some()) % n as u64) as usize;
-            parts[owner].push(u);
-        }
-        for (w, part) in parts.into_iter().enumerate() {
-            if !part.is_empty() {
-                self.send(w, Command::Insert(part))?;
-            }
-        }
-        Ok(())
+    /// Whether updates wait for the next step.
+    fn has_pending(&self) -> bool {
+        self.pending.iter().any(|p| !p.is_empty())
     }
 
     fn validate(&self, u: &Update, frontier: EventTime) -> Result<()> {
@@ -497,7 +497,7 @@ impl WindowedAggregate {
         if self.frontier.is_none() {
             return Ok((0..self.links.len()).map(|w| (w, Vec::new())).collect());
         }
-        if !self.pending.is_empty() {
+        if self.has_pending() {
             let (closed, changed, changed_panes) = self.step(Some(self.next_time()?))?;
             debug_assert!(closed.is_empty());
             for u in changed {
