@@ -1,8 +1,15 @@
 //! Rows into the dataflow: WHERE, keys and aggregate arguments evaluated on
 //! the Arrow batch, keys encoded, and the batch pre-aggregated by
 //! (window, key) so the dataflow gets one update per group, not per row.
+//!
+//! The fold is column-wise: one pass over the rows assigns each its group
+//! slot (window or pane, and key id), then one pass per aggregate folds its
+//! argument column into the slots' states, reading the Arrow array directly.
 
-use arrow::array::{Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array};
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, UInt64Array,
+};
+use arrow::buffer::NullBuffer;
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
 use rustc_hash::FxHashMap;
@@ -17,83 +24,99 @@ use crate::plan::CompiledAgg;
 use crate::time::EventTime;
 use crate::window::Window;
 
+/// A row that feeds no group's states (filtered out, or its unit closed).
+const SKIP: u32 = u32::MAX;
+
+/// One aggregate's argument over a batch, typed for the column-wise fold.
+enum Arg {
+    /// `COUNT`: only whether each row's argument is non-null matters.
+    Count(Option<NullBuffer>),
+    Float(Float64Array),
+    Int(Int64Array),
+    UInt(UInt64Array),
+    Decimal(Decimal128Array),
+}
+
+impl Arg {
+    fn nulls(&self) -> Option<&NullBuffer> {
+        match self {
+            Arg::Count(n) => n.as_ref(),
+            Arg::Float(a) => a.nulls(),
+            Arg::Int(a) => a.nulls(),
+            Arg::UInt(a) => a.nulls(),
+            Arg::Decimal(a) => a.nulls(),
+        }
+    }
+}
+
+/// Folds `value(i)` into the state of aggregate `j` of row `i`'s slot, for
+/// every row with a slot and a non-null argument, in row order.
+fn fold_column(
+    kind: AggKind,
+    slots: &[u32],
+    nulls: Option<&NullBuffer>,
+    states: &mut [AggState],
+    (m, j): (usize, usize),
+    value: impl Fn(usize) -> Value,
+) -> std::result::Result<(), thund_dataflows::Error> {
+    for (i, &s) in slots.iter().enumerate() {
+        if s == SKIP || nulls.is_some_and(|n| n.is_null(i)) {
+            continue;
+        }
+        states[s as usize * m + j].fold(kind, value(i))?;
+    }
+    Ok(())
+}
+
 impl IncrementalView {
-    /// Per-row aggregate inputs as dataflow values.
-    fn values(&self, a: &CompiledAgg, arr: &ArrayRef) -> Result<Vec<Value>> {
-        let n = arr.len();
+    /// An aggregate's argument column, typed for the fold.
+    fn arg(&self, a: &CompiledAgg, arr: ArrayRef) -> Result<Arg> {
+        let wrong =
+            |what: &str| Error::internal(&self.view, format!("an aggregate argument {what}"));
         if a.kind == AggKind::Count {
-            return Ok((0..n)
-                .map(|i| {
-                    if arr.is_valid(i) {
-                        Value::Int(1)
-                    } else {
-                        Value::Null
-                    }
-                })
-                .collect());
+            return Ok(Arg::Count(arr.logical_nulls()));
         }
         Ok(match &a.input_type {
-            DataType::Float32 | DataType::Float64 => {
-                let c = cast(arr, &DataType::Float64)?;
-                let f = c.as_any().downcast_ref::<Float64Array>().ok_or_else(|| {
-                    Error::internal(
-                        &self.view,
-                        "a float aggregate argument did not cast to Float64",
-                    )
-                })?;
-                f.iter()
-                    .map(|v| v.map_or(Value::Null, |x| Value::Float(canonical(x))))
-                    .collect()
-            }
-            DataType::Decimal128(_, _) => {
-                let d = arr
+            DataType::Float32 | DataType::Float64 => Arg::Float(
+                cast(&arr, &DataType::Float64)?
                     .as_any()
+                    .downcast_ref::<Float64Array>()
+                    .ok_or_else(|| wrong("did not cast to Float64"))?
+                    .clone(),
+            ),
+            DataType::Decimal128(_, _) => Arg::Decimal(
+                arr.as_any()
                     .downcast_ref::<Decimal128Array>()
-                    .ok_or_else(|| {
-                        Error::internal(
-                            &self.view,
-                            "a Decimal128 aggregate argument is not a Decimal128 array",
-                        )
-                    })?;
-                d.iter()
-                    .map(|v| v.map_or(Value::Null, Value::Int))
-                    .collect()
-            }
-            DataType::UInt64 => {
-                let u = arr
+                    .ok_or_else(|| wrong("of type Decimal128 is not a Decimal128 array"))?
+                    .clone(),
+            ),
+            DataType::UInt64 => Arg::UInt(
+                arr.as_any()
+                    .downcast_ref::<UInt64Array>()
+                    .ok_or_else(|| wrong("of type UInt64 is not a UInt64 array"))?
+                    .clone(),
+            ),
+            _ => Arg::Int(
+                cast(&arr, &DataType::Int64)?
                     .as_any()
-                    .downcast_ref::<arrow::array::UInt64Array>()
-                    .ok_or_else(|| {
-                        Error::internal(
-                            &self.view,
-                            "a UInt64 aggregate argument is not a UInt64 array",
-                        )
-                    })?;
-                u.iter()
-                    .map(|v| v.map_or(Value::Null, |v| Value::Int(v as i128)))
-                    .collect()
-            }
-            _ => {
-                let c = cast(arr, &DataType::Int64)?;
-                let i = c.as_any().downcast_ref::<Int64Array>().ok_or_else(|| {
-                    Error::internal(
-                        &self.view,
-                        "an integer aggregate argument did not cast to Int64",
-                    )
-                })?;
-                i.iter()
-                    .map(|v| v.map_or(Value::Null, |v| Value::Int(v as i128)))
-                    .collect()
-            }
+                    .downcast_ref::<Int64Array>()
+                    .ok_or_else(|| wrong("did not cast to Int64"))?
+                    .clone(),
+            ),
         })
     }
 
-    /// Pre-aggregate this trigger's rows by (window, key) and insert them.
+    /// Pre-aggregate this trigger's rows by (window or pane, key) and insert them.
     pub(super) fn ingest(&mut self, on_time: Vec<OnTime>, w_prev: Option<EventTime>) -> Result<()> {
         let view = self.view.clone();
         let kinds: Vec<AggKind> = self.plan.aggs.iter().map(|a| a.kind).collect();
+        let m = kinds.len();
         let panes = self.config.panes;
-        let mut updates: Vec<Update> = Vec::new();
+        let global = self.plan.keys.is_empty();
+        // the groups of this trigger, and their states (`m` per group, flat)
+        let mut groups: Vec<(Window, u64)> = Vec::new();
+        let mut states: Vec<AggState> = Vec::new();
+        let mut index: FxHashMap<(Window, u64), u32> = FxHashMap::default();
         for o in on_time {
             let batch = &o.batch;
             let n = batch.num_rows();
@@ -110,7 +133,6 @@ impl IncrementalView {
                     *p &= m.is_valid(i) && m.value(i);
                 }
             }
-            let global = self.plan.keys.is_empty();
             let key_rows = match &self.converter {
                 None => None,
                 Some(conv) => {
@@ -128,71 +150,90 @@ impl IncrementalView {
                     Some(conv.convert_columns(&cols)?)
                 }
             };
-            let mut vals = Vec::with_capacity(self.plan.aggs.len());
+            let mut args = Vec::with_capacity(m);
             for a in &self.plan.aggs {
                 let arr = a
                     .arg
                     .evaluate(batch)
                     .and_then(|c| c.into_array(n))
                     .map_err(|e| Error::eval(&view, e))?;
-                vals.push(self.values(a, &arr)?);
+                args.push(self.arg(a, arr)?);
             }
-            // pre-aggregate the batch by (window or pane, key id); a key is interned
-            // once per row, with the end of the last window it feeds
-            let mut slots: FxHashMap<(Window, u64), usize> = FxHashMap::default();
-            let mut add = |unit: Window, key: u64, i: usize| -> Result<()> {
-                let slot = *slots.entry((unit, key)).or_insert_with(|| {
-                    updates.push(Update {
-                        window: unit,
-                        key,
-                        aggs: vec![AggState::EMPTY; kinds.len()],
-                    });
-                    updates.len() - 1
-                });
-                if pass[i] {
-                    let acc = &mut updates[slot].aggs;
-                    for (j, k) in kinds.iter().enumerate() {
-                        let s = AggState::from_value(*k, vals[j][i]);
-                        acc[j]
-                            .combine(*k, &s)
-                            .map_err(|e| Error::dataflow(&view, e))?;
-                    }
-                }
-                Ok(())
-            };
-            let mut units: Vec<Window> = Vec::new();
+            // pass 1: each row's slot. A row feeds one unit: its pane (hopping
+            // windows) or its window (tumbling); a key is interned with the end
+            // of the last window it feeds.
+            let times = o.times.values();
+            let mut slots: Vec<u32> = Vec::with_capacity(n);
             for (i, &passes) in pass.iter().enumerate() {
                 if !passes && !global {
-                    continue; // a filtered row makes no group; a global aggregate still has its window
+                    slots.push(SKIP); // a filtered row makes no group; a global aggregate still has its window
+                    continue;
                 }
-                let t = o.times.value(i);
-                // what the row feeds, computed once: its pane, or its windows
-                units.clear();
-                match panes {
-                    Some(p) => units.push(p.pane_of(t)),
-                    None => units.extend(self.plan.windows.windows_of(t)),
-                }
-                let expiry = |u: &Window| panes.map_or(u.end, |p| p.expiry(*u));
-                let Some(expires) = units.last().map(expiry) else {
-                    continue; // no window can place it (refused before ingest)
+                let t = times[i];
+                let (unit, expires) = match panes {
+                    Some(p) => {
+                        let pane = p.pane_of(t);
+                        (pane, p.expiry(pane))
+                    }
+                    None => {
+                        let w = self.plan.windows.last_window(t);
+                        (w, w.end)
+                    }
                 };
+                // the unit closed before the row came (the late rule refuses such rows)
+                if w_prev.is_some_and(|wp| expires <= wp) {
+                    slots.push(SKIP);
+                    continue;
+                }
                 let key = match &key_rows {
                     Some(r) => self.keys.intern(r.row(i).data(), expires),
                     None => GLOBAL,
                 };
-                // only units that still feed an open window (the others closed before the row came)
-                for u in &units {
-                    if w_prev.is_none_or(|wp| expiry(u) > wp) {
-                        add(*u, key, i)?;
+                let slot = *index.entry((unit, key)).or_insert_with(|| {
+                    groups.push((unit, key));
+                    states.resize(states.len() + m, AggState::EMPTY);
+                    (groups.len() - 1) as u32
+                });
+                slots.push(if passes { slot } else { SKIP });
+            }
+            // pass 2: one pass per aggregate over its argument column
+            for (j, (arg, &kind)) in args.iter().zip(&kinds).enumerate() {
+                let nulls = arg.nulls();
+                let at = (m, j);
+                let folded = match arg {
+                    Arg::Count(_) => {
+                        fold_column(kind, &slots, nulls, &mut states, at, |_| Value::Int(1))
                     }
-                }
+                    Arg::Float(a) => fold_column(kind, &slots, nulls, &mut states, at, |i| {
+                        Value::Float(canonical(a.value(i)))
+                    }),
+                    Arg::Int(a) => fold_column(kind, &slots, nulls, &mut states, at, |i| {
+                        Value::Int(i128::from(a.value(i)))
+                    }),
+                    Arg::UInt(a) => fold_column(kind, &slots, nulls, &mut states, at, |i| {
+                        Value::Int(i128::from(a.value(i)))
+                    }),
+                    Arg::Decimal(a) => fold_column(kind, &slots, nulls, &mut states, at, |i| {
+                        Value::Int(a.value(i))
+                    }),
+                };
+                folded.map_err(|e| Error::dataflow(&view, e))?;
             }
         }
-        if !updates.is_empty() {
-            self.dataflow
-                .insert(updates)
-                .map_err(|e| Error::dataflow(&view, e))?;
+        if groups.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let updates = groups
+            .into_iter()
+            .enumerate()
+            .map(|(s, (window, key))| Update {
+                window,
+                key,
+                aggs: states[s * m..(s + 1) * m].to_vec(),
+            })
+            .collect();
+        self.dataflow
+            .insert(updates)
+            .map_err(|e| Error::dataflow(&view, e))
     }
 }
