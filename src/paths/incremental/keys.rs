@@ -16,8 +16,23 @@ use crate::time::EventTime;
 /// The id of the key of a query without `GROUP BY`.
 pub(super) const GLOBAL: u64 = 0;
 
+/// A key of at most 15 bytes packed with its length into one integer, so
+/// the common short keys (one or two numbers) hash and compare as integers.
+fn packed(key: &[u8]) -> Option<u128> {
+    if key.len() >= 16 {
+        return None;
+    }
+    let mut b = [0u8; 16];
+    b[..key.len()].copy_from_slice(key);
+    b[15] = key.len() as u8;
+    Some(u128::from_le_bytes(b))
+}
+
 #[derive(Debug, Default)]
 pub(super) struct KeyDictionary {
+    /// Ids of keys of at most 15 bytes, by [`packed`] key.
+    short: FxHashMap<u128, u64>,
+    /// Ids of longer keys.
     ids: FxHashMap<Box<[u8]>, u64>,
     /// By id: the key's bytes and the latest end of a window it was seen in
     /// (`None`: a free id).
@@ -31,7 +46,12 @@ pub(super) struct KeyDictionary {
 impl KeyDictionary {
     /// The id of `key`, seen in a window ending at `end`.
     pub(super) fn intern(&mut self, key: &[u8], end: EventTime) -> u64 {
-        let id = match self.ids.get(key) {
+        let short = packed(key);
+        let found = match short {
+            Some(p) => self.short.get(&p),
+            None => self.ids.get(key),
+        };
+        let id = match found {
             Some(&id) => id,
             None => {
                 let id = match self.free.pop() {
@@ -42,7 +62,10 @@ impl KeyDictionary {
                     }
                 };
                 self.entries[id as usize] = Some((key.into(), EventTime::MIN));
-                self.ids.insert(key.into(), id);
+                match short {
+                    Some(p) => self.short.insert(p, id),
+                    None => self.ids.insert(key.into(), id),
+                };
                 id
             }
         };
@@ -74,7 +97,10 @@ impl KeyDictionary {
             let slot = &mut self.entries[id as usize];
             if slot.as_ref().is_some_and(|(_, latest)| *latest == end) {
                 if let Some((bytes, _)) = slot.take() {
-                    self.ids.remove(&bytes);
+                    match packed(&bytes) {
+                        Some(p) => self.short.remove(&p),
+                        None => self.ids.remove(&bytes),
+                    };
                     self.free.push(id);
                 }
             }
@@ -84,7 +110,7 @@ impl KeyDictionary {
     /// Keys held.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.ids.len()
+        self.short.len() + self.ids.len()
     }
 }
 
@@ -124,7 +150,8 @@ mod tests {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            let key = vec![(x >> 60) as u8];
+            // short keys and long ones (16 bytes and more do not pack), some sharing a prefix
+            let key = vec![(x >> 60) as u8; [1, 11, 15, 16, 21][((x >> 30) % 5) as usize]];
             let end = w + 1 + ((x >> 40) % 50) as EventTime;
             let id = d.intern(&key, end);
             assert_eq!(d.bytes(id), key.as_slice());
