@@ -2,13 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::worker::{run, Command, Link, Reply, WorkerEnd};
+use super::worker::{run, Command, Link, Reply, WorkerEnd, POLL};
 use crate::error::{Error, Result};
 use crate::state::agg::{AggKind, AggState, Update};
 use crate::time::{event_time, seq, start_of, Time};
@@ -573,6 +573,17 @@ impl WindowedAggregate {
                 break;
             }
             for w in pending {
+                // a reply that comes within the poll costs no wake-up
+                let start = Instant::now();
+                let mut polled = self.links[w].replies.try_recv();
+                while matches!(polled, Err(TryRecvError::Empty)) && start.elapsed() < POLL {
+                    std::thread::yield_now();
+                    polled = self.links[w].replies.try_recv();
+                }
+                if let Ok(reply) = polled {
+                    replies[w] = Some(reply);
+                    continue;
+                }
                 let timeout = Duration::from_millis(if dead.is_empty() { 20 } else { 1 });
                 match self.links[w].replies.recv_timeout(timeout) {
                     Ok(reply) => replies[w] = Some(reply),
