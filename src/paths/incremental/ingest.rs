@@ -25,7 +25,7 @@ use crate::time::EventTime;
 use crate::window::Window;
 
 /// A row that feeds no group's states (filtered out, or its unit closed).
-const SKIP: u32 = u32::MAX;
+const SKIP: usize = usize::MAX;
 
 /// One aggregate's argument over a batch, typed for the column-wise fold.
 enum Arg {
@@ -53,7 +53,7 @@ impl Arg {
 /// every row with a slot and a non-null argument, in row order.
 fn fold_column(
     kind: AggKind,
-    slots: &[u32],
+    slots: &[usize],
     nulls: Option<&NullBuffer>,
     states: &mut [AggState],
     (m, j): (usize, usize),
@@ -63,7 +63,7 @@ fn fold_column(
         if s == SKIP || nulls.is_some_and(|n| n.is_null(i)) {
             continue;
         }
-        states[s as usize * m + j].fold(kind, value(i))?;
+        states[s * m + j].fold(kind, value(i))?;
     }
     Ok(())
 }
@@ -116,7 +116,7 @@ impl IncrementalView {
         // the groups of this trigger, and their states (`m` per group, flat)
         let mut groups: Vec<(Window, u64)> = Vec::new();
         let mut states: Vec<AggState> = Vec::new();
-        let mut index: FxHashMap<(Window, u64), u32> = FxHashMap::default();
+        let mut index: FxHashMap<(Window, u64), usize> = FxHashMap::default();
         for o in on_time {
             let batch = &o.batch;
             let n = batch.num_rows();
@@ -163,7 +163,7 @@ impl IncrementalView {
             // windows) or its window (tumbling); a key is interned with the end
             // of the last window it feeds.
             let times = o.times.values();
-            let mut slots: Vec<u32> = Vec::with_capacity(n);
+            let mut slots: Vec<usize> = Vec::with_capacity(n);
             for (i, &passes) in pass.iter().enumerate() {
                 if !passes && !global {
                     slots.push(SKIP); // a filtered row makes no group; a global aggregate still has its window
@@ -192,7 +192,7 @@ impl IncrementalView {
                 let slot = *index.entry((unit, key)).or_insert_with(|| {
                     groups.push((unit, key));
                     states.resize(states.len() + m, AggState::EMPTY);
-                    (groups.len() - 1) as u32
+                    groups.len() - 1
                 });
                 slots.push(if passes { slot } else { SKIP });
             }
