@@ -65,7 +65,8 @@
 //!   crate does), so the dataflow's per-update cost is paid once per group and step, not
 //!   per row; updates of one `(window, key)` that still meet are summed by the arrangement.
 //!   Measured (`examples/throughput.rs`, release, 1 worker, 1 000 keys, 1 s tumbling windows,
-//!   COUNT/SUM/MIN/MAX): 2.5 M rows/s with 10 rows per group and 7 M rows/s with 100.
+//!   COUNT/SUM/MIN/MAX, 2 M rows, 2026-11-30): 3.1 M rows/s with 10 rows per group and
+//!   7.6 M rows/s with 100; one update per row runs at 1.0 M updates/s.
 //!
 //! What it does not do: callers cannot retract a contribution (only the eviction at a
 //! window's end retracts, which is what keeps MIN/MAX exact without storing values);
