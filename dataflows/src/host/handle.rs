@@ -2,13 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::worker::{run, Command, Link, Reply, WorkerEnd, POLL};
+use super::worker::{poll, run, Command, Link, Reply, WorkerEnd};
 use crate::error::{Error, Result};
 use crate::state::agg::{AggKind, AggState, Update};
 use crate::time::{event_time, seq, start_of, Time};
@@ -574,13 +574,7 @@ impl WindowedAggregate {
             }
             for w in pending {
                 // a reply that comes within the poll costs no wake-up
-                let start = Instant::now();
-                let mut polled = self.links[w].replies.try_recv();
-                while matches!(polled, Err(TryRecvError::Empty)) && start.elapsed() < POLL {
-                    std::thread::yield_now();
-                    polled = self.links[w].replies.try_recv();
-                }
-                if let Ok(reply) = polled {
+                if let Ok(reply) = poll(&self.links[w].replies) {
                     replies[w] = Some(reply);
                     continue;
                 }

@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
 use differential_dataflow::difference::{Monoid, Semigroup};
@@ -142,21 +142,27 @@ pub(crate) fn run(
 /// How long a thread polls a channel before it sleeps on it: a trigger's round trip to
 /// the workers then costs no wake-up when commands and replies follow each other closely
 /// (as they do at one trigger per few rows), and little CPU otherwise.
-pub(crate) const POLL: std::time::Duration = std::time::Duration::from_micros(50);
+const POLL: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// The next message on `rx`: polled for [`POLL`], then waited for (`None`: the sender is
-/// gone).
-pub(crate) fn receive<T>(rx: &Receiver<T>) -> Option<T> {
+/// The next message on `rx` if one comes within [`POLL`] (`Empty` if none did,
+/// `Disconnected` if the sender is gone).
+pub(crate) fn poll<T>(rx: &Receiver<T>) -> std::result::Result<T, TryRecvError> {
     let start = std::time::Instant::now();
     loop {
         match rx.try_recv() {
-            Ok(m) => return Some(m),
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
-            Err(std::sync::mpsc::TryRecvError::Empty) if start.elapsed() < POLL => {
-                std::thread::yield_now();
-            }
-            Err(std::sync::mpsc::TryRecvError::Empty) => return rx.recv().ok(),
+            Err(TryRecvError::Empty) if start.elapsed() < POLL => std::thread::yield_now(),
+            other => return other,
         }
+    }
+}
+
+/// The next message on `rx`: polled for [`POLL`], then waited for (`None`: the sender is
+/// gone).
+fn receive<T>(rx: &Receiver<T>) -> Option<T> {
+    match poll(rx) {
+        Ok(m) => Some(m),
+        Err(TryRecvError::Empty) => rx.recv().ok(),
+        Err(TryRecvError::Disconnected) => None,
     }
 }
 
