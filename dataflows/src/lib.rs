@@ -119,6 +119,7 @@ mod typedefs;
 mod window;
 
 pub use error::{Error, Result};
+pub use host::cluster::Cluster;
 pub use host::handle::{ArrangementSize, Config, Step, WindowedAggregate};
 pub use state::agg::{AggKind, AggState, Update, Value};
 pub use state::preagg::PreAggregator;

@@ -178,6 +178,7 @@ impl EngineBuilder {
             rt: Arc::new(rt),
             finished: false,
             workers: self.workers.unwrap_or(1),
+            cluster: None,
             takeover: if self.takeover {
                 thund_checkpoint::Takeover::Force
             } else {

@@ -82,6 +82,9 @@ pub struct Engine {
     rt: Arc<tokio::runtime::Runtime>,
     finished: bool,
     workers: usize,
+    /// The timely worker threads every incremental view's dataflow runs on, started with
+    /// the first such view.
+    cluster: Option<thund_dataflows::Cluster>,
     takeover: Takeover,
     rejected_retention: usize,
 }
@@ -161,7 +164,11 @@ impl Engine {
             eval.out_schema.clone(),
         );
         let plan = planned.plan.clone();
-        let runtime = crate::paths::build(&name, &spec, planned, eval, &sources, self.workers)?;
+        let cluster = match planned.compiled {
+            Some(_) => Some(self.cluster(&name)?),
+            None => None,
+        };
+        let runtime = crate::paths::build(&name, &spec, planned, eval, &sources, cluster)?;
         let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
         let tracker = WatermarkTracker::new(
             &names,
@@ -191,6 +198,18 @@ impl Engine {
         self.attach_state(&mut view)?;
         self.views.push(view);
         Ok(())
+    }
+
+    /// The engine's worker threads (started on first use): one timely instance hosts every
+    /// incremental view's dataflow.
+    fn cluster(&mut self, view: &str) -> Result<thund_dataflows::Cluster> {
+        if let Some(c) = &self.cluster {
+            return Ok(c.clone());
+        }
+        let c =
+            thund_dataflows::Cluster::start(self.workers).map_err(|e| Error::dataflow(view, e))?;
+        self.cluster = Some(c.clone());
+        Ok(c)
     }
 
     /// With a state root: fence the view (writer lease), then restore its

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::plan::Planned;
 use crate::spec::{OutputMode, ViewSpec};
 use crate::state::Export;
@@ -120,16 +120,22 @@ pub(crate) fn build(
     planned: Planned,
     eval: sql::SqlEvaluator,
     sources: &[SourceInfo],
-    workers: usize,
+    cluster: Option<thund_dataflows::Cluster>,
 ) -> Result<Box<dyn ViewRuntime>> {
-    Ok(match planned.compiled {
-        Some(compiled) => Box::new(incremental::IncrementalView::new(
+    Ok(match (planned.compiled, cluster) {
+        (Some(compiled), Some(cluster)) => Box::new(incremental::IncrementalView::new(
             view,
             compiled,
             spec.output,
-            workers,
+            cluster,
         )?),
-        None => Box::new(recompute::RecomputeView::new(
+        (Some(_), None) => {
+            return Err(Error::internal(
+                view,
+                "an incremental plan needs the engine's worker threads",
+            ))
+        }
+        (None, _) => Box::new(recompute::RecomputeView::new(
             view,
             eval,
             sources,

@@ -1,14 +1,11 @@
 //! The host-side handle on a running windowed-aggregate dataflow: [`WindowedAggregate`].
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::worker::{poll, run, Command, Link, Reply, WorkerEnd};
+use super::cluster::{Cluster, Links};
+use super::worker::{Command, DataflowId, Reply};
 use crate::error::{Error, Result};
 use crate::state::agg::{AggKind, AggState, Update};
 use crate::time::{event_time, seq, start_of, Time};
@@ -111,9 +108,9 @@ pub struct ArrangementSize {
 /// ```
 pub struct WindowedAggregate {
     config: Config,
-    links: Vec<Link>,
-    guards: Option<timely::communication::initialize::WorkerGuards<()>>,
-    abort: Arc<AtomicBool>,
+    /// The worker threads this dataflow runs on, and its identifier there.
+    cluster: Cluster,
+    id: DataflowId,
     /// The current input time of every worker.
     time: Time,
     /// The output frontier after the last step (`None`: the stream ended).
@@ -145,50 +142,36 @@ impl std::fmt::Debug for WindowedAggregate {
 }
 
 impl WindowedAggregate {
-    /// Starts `config.workers` timely worker threads, each running the dataflow and waiting
-    /// for commands. The input time (and the frontier) starts at `EventTime::MIN`.
+    /// Starts `config.workers` timely worker threads of its own (a [`Cluster`] that only this
+    /// dataflow uses), each running the dataflow and waiting for commands. The input time
+    /// (and the frontier) starts at `EventTime::MIN`.
     pub fn spawn(config: Config) -> Result<Self> {
-        if config.workers == 0 {
+        let cluster = Cluster::start(config.workers)?;
+        Self::spawn_on(&cluster, config)
+    }
+
+    /// Renders the dataflow on the worker threads of `cluster`, beside whatever else runs
+    /// there. `config.workers` must equal [`Cluster::workers`]. The input time (and the
+    /// frontier) starts at `EventTime::MIN`.
+    pub fn spawn_on(cluster: &Cluster, config: Config) -> Result<Self> {
+        if config.workers != cluster.workers() {
             return Err(Error::InvalidConfig {
-                reason: "workers must be at least 1".to_string(),
+                reason: format!(
+                    "the dataflow asks for {} workers, its cluster runs {}",
+                    config.workers,
+                    cluster.workers()
+                ),
             });
+        }
+        if cluster.aborted() {
+            return Err(Error::WorkerPanicked { worker: 0 });
         }
         let n = config.workers;
-        let mut links = Vec::with_capacity(n);
-        let mut ends = Vec::with_capacity(n);
-        for _ in 0..n {
-            let (ctx, crx) = mpsc::channel();
-            let (rtx, rrx) = mpsc::channel();
-            links.push(Link {
-                commands: ctx,
-                replies: rrx,
-            });
-            ends.push(Some(WorkerEnd {
-                commands: crx,
-                replies: rtx,
-            }));
-        }
-        let ends = Arc::new(Mutex::new(ends));
-        let abort = Arc::new(AtomicBool::new(false));
-        let kinds = config.aggs.clone();
-        let panes = config.panes;
-        let worker_abort = Arc::clone(&abort);
-        let guards = timely::execute(timely::Config::process(n), move |worker| {
-            let end = match ends.lock() {
-                Ok(mut ends) => ends.get_mut(worker.index()).and_then(Option::take),
-                Err(_) => None,
-            };
-            if let Some(end) = end {
-                run(worker, kinds.clone(), panes, end, Arc::clone(&worker_abort));
-            }
-        })
-        .map_err(|reason| Error::Spawn { reason })?;
-        Ok(WindowedAggregate {
+        let id = cluster.next_id();
+        let mut df = WindowedAggregate {
             pending: vec![Vec::new(); n],
-            config,
-            links,
-            guards: Some(guards),
-            abort,
+            cluster: cluster.clone(),
+            id,
             time: Time::MIN,
             frontier: Some(Time::MIN),
             sizes: vec![Vec::new(); n],
@@ -196,7 +179,20 @@ impl WindowedAggregate {
             owed: BTreeMap::new(),
             owed_panes: BTreeMap::new(),
             poisoned: None,
-        })
+            config,
+        };
+        let (kinds, panes) = (df.config.aggs.clone(), df.config.panes);
+        let replies = df.round(|_| Command::Build {
+            id,
+            kinds: kinds.clone(),
+            panes,
+        })?;
+        for (worker, reply) in replies.into_iter().enumerate() {
+            if !matches!(reply, Reply::Built) {
+                return Err(df.unexpected(worker, reply));
+            }
+        }
+        Ok(df)
     }
 
     /// Starts a dataflow whose input (and frontier) is at `at`, holding `state`: the
@@ -207,7 +203,19 @@ impl WindowedAggregate {
     /// `changed` by the next step (they were reported before the snapshot). An update whose
     /// window ended at or before `at` is [`Error::Late`].
     pub fn restore(config: Config, at: EventTime, state: Vec<Update>) -> Result<Self> {
-        let mut df = Self::spawn(config)?;
+        let cluster = Cluster::start(config.workers)?;
+        Self::restore_on(&cluster, config, at, state)
+    }
+
+    /// [`restore`](Self::restore) on the worker threads of `cluster` (see
+    /// [`spawn_on`](Self::spawn_on)).
+    pub fn restore_on(
+        cluster: &Cluster,
+        config: Config,
+        at: EventTime,
+        state: Vec<Update>,
+    ) -> Result<Self> {
+        let mut df = Self::spawn_on(cluster, config)?;
         if at == EventTime::MAX {
             if let Some(u) = state.first() {
                 return Err(Error::Late {
@@ -265,17 +273,6 @@ impl WindowedAggregate {
                 (owner_hash(&(u.window, u.key), by_key) % n) as usize
             };
             self.pending[owner].push(u);
-        }
-        Ok(())
-    }
-
-    /// Sends the pending updates to their workers.
-    fn flush_pending(&mut self) -> Result<()> {
-        for w in 0..self.pending.len() {
-            if !self.pending[w].is_empty() {
-                let part = std::mem::take(&mut self.pending[w]);
-                self.send(w, Command::Insert(part))?;
-            }
         }
         Ok(())
     }
@@ -388,20 +385,17 @@ impl WindowedAggregate {
     /// and changed updates (unsorted) and records frontier and state sizes.
     #[allow(clippy::type_complexity)]
     fn step(&mut self, target: Option<Time>) -> Result<(Vec<Update>, Vec<Update>, Vec<Update>)> {
-        self.flush_pending()?;
-        for w in 0..self.links.len() {
-            let command = match target {
-                Some(t) => Command::Advance(t),
-                None => Command::Finish,
-            };
-            self.send(w, command)?;
-        }
+        let id = self.id;
+        let replies = self.round(|_| match target {
+            Some(t) => Command::Advance(id, t),
+            None => Command::Finish(id),
+        })?;
         let mut closed = Vec::new();
         let mut changed = Vec::new();
         let mut changed_panes = Vec::new();
         let mut first_error = None;
         let mut frontier: Option<Time> = None;
-        for (w, reply) in self.gather()?.into_iter().enumerate() {
+        for (w, reply) in replies.into_iter().enumerate() {
             match reply {
                 Reply::Stepped {
                     out,
@@ -423,7 +417,7 @@ impl WindowedAggregate {
                         (a, b) => a.or(b),
                     };
                 }
-                Reply::Snapshot(_) => return Err(self.poison(Error::WorkerPanicked { worker: w })),
+                other => return Err(self.unexpected(w, other)),
             }
         }
         match target {
@@ -495,7 +489,7 @@ impl WindowedAggregate {
     pub fn snapshot(&mut self) -> Result<Vec<(usize, Vec<Update>)>> {
         self.check_usable()?;
         if self.frontier.is_none() {
-            return Ok((0..self.links.len()).map(|w| (w, Vec::new())).collect());
+            return Ok((0..self.config.workers).map(|w| (w, Vec::new())).collect());
         }
         if self.has_pending() {
             let (closed, changed, changed_panes) = self.step(Some(self.next_time()?))?;
@@ -507,13 +501,11 @@ impl WindowedAggregate {
                 self.owed_panes.insert((u.window, u.key), u.aggs);
             }
         }
-        let frontier = self.frontier();
-        for w in 0..self.links.len() {
-            self.send(w, Command::Snapshot(frontier))?;
-        }
-        let mut out = Vec::with_capacity(self.links.len());
+        let (id, frontier) = (self.id, self.frontier());
+        let replies = self.round(|_| Command::Snapshot(id, frontier))?;
+        let mut out = Vec::with_capacity(replies.len());
         let mut first_error = None;
-        for (w, reply) in self.gather()?.into_iter().enumerate() {
+        for (w, reply) in replies.into_iter().enumerate() {
             match reply {
                 Reply::Snapshot(Ok(mut updates)) => {
                     updates.sort_unstable();
@@ -522,9 +514,7 @@ impl WindowedAggregate {
                 Reply::Snapshot(Err(e)) => {
                     first_error.get_or_insert(e);
                 }
-                Reply::Stepped { .. } => {
-                    return Err(self.poison(Error::WorkerPanicked { worker: w }))
-                }
+                other => return Err(self.unexpected(w, other)),
             }
         }
         match first_error {
@@ -544,69 +534,74 @@ impl WindowedAggregate {
 
     /// Marks the dataflow unusable and returns `e`.
     fn poison(&mut self, e: Error) -> Error {
-        if matches!(e, Error::WorkerPanicked { .. }) {
-            self.abort.store(true, Ordering::Relaxed);
-        }
         if self.poisoned.is_none() {
             self.poisoned = Some(e.clone());
         }
         e
     }
 
-    fn send(&mut self, worker: usize, command: Command) -> Result<()> {
-        let sent = self.links[worker].commands.send(command);
-        sent.map_err(|_| self.poison(Error::WorkerPanicked { worker }))
+    /// One round with the workers, under the cluster's lock: sends the pending updates to
+    /// their workers, then each worker its `command(worker)`, and waits for every worker's
+    /// reply. A dead worker poisons the dataflow.
+    fn round(&mut self, command: impl FnMut(usize) -> Command) -> Result<Vec<Reply>> {
+        self.round_with(Vec::new(), command)
     }
 
-    /// Waits for one reply from every worker. If a worker is gone (it panicked), the others
-    /// are told to stop waiting for it (`abort`), their replies are drained, and the result is
-    /// [`Error::WorkerPanicked`].
-    fn gather(&mut self) -> Result<Vec<Reply>> {
-        let n = self.links.len();
-        let mut replies: Vec<Option<Reply>> = (0..n).map(|_| None).collect();
-        let mut dead: Vec<usize> = Vec::new();
-        loop {
-            let pending: Vec<usize> = (0..n)
-                .filter(|w| replies[*w].is_none() && !dead.contains(w))
-                .collect();
-            if pending.is_empty() {
-                break;
+    /// [`round`](Self::round), with `extra` commands sent to single workers first.
+    fn round_with(
+        &mut self,
+        extra: Vec<(usize, Command)>,
+        mut command: impl FnMut(usize) -> Command,
+    ) -> Result<Vec<Reply>> {
+        let cluster = self.cluster.clone();
+        let links = cluster.links();
+        let sent = self.send_pending(&links).and_then(|()| {
+            for (w, c) in extra {
+                links.send(w, c)?;
             }
-            for w in pending {
-                // a reply that comes within the poll costs no wake-up
-                if let Ok(reply) = poll(&self.links[w].replies) {
-                    replies[w] = Some(reply);
-                    continue;
-                }
-                let timeout = Duration::from_millis(if dead.is_empty() { 20 } else { 1 });
-                match self.links[w].replies.recv_timeout(timeout) {
-                    Ok(reply) => replies[w] = Some(reply),
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => {
-                        dead.push(w);
-                        self.abort.store(true, Ordering::Relaxed);
-                    }
-                }
+            let mut w = 0;
+            links.broadcast(|| {
+                w += 1;
+                command(w - 1)
+            })
+        });
+        match sent.and_then(|()| links.gather()) {
+            Ok(replies) => Ok(replies),
+            Err(worker) => Err(self.poison(Error::WorkerPanicked { worker })),
+        }
+    }
+
+    /// A reply that does not answer the command sent: the worker lost track of this
+    /// dataflow. Poisons it.
+    fn unexpected(&mut self, worker: usize, reply: Reply) -> Error {
+        let reason = match reply {
+            Reply::Unknown(id) => format!("worker {worker} does not host dataflow {id}"),
+            other => format!("worker {worker} answered out of turn: {other:?}"),
+        };
+        self.poison(Error::InvalidConfig { reason })
+    }
+
+    /// Sends the pending updates to their workers.
+    fn send_pending(&mut self, links: &Links) -> std::result::Result<(), usize> {
+        for w in 0..self.pending.len() {
+            if !self.pending[w].is_empty() {
+                let part = std::mem::take(&mut self.pending[w]);
+                links.send(w, Command::Insert(self.id, part))?;
             }
         }
-        if let Some(&worker) = dead.first() {
-            return Err(self.poison(Error::WorkerPanicked { worker }));
-        }
-        Ok(replies.into_iter().flatten().collect())
+        Ok(())
     }
 }
 
 impl Drop for WindowedAggregate {
-    /// Stops the workers: each closes its input and returns; timely drains the dataflow
-    /// (or drops it, if a worker died) and the threads are joined.
+    /// Retires the dataflow on every worker: its input closes and it runs until done (or is
+    /// dropped, if a worker died). The cluster's threads stop with its last handle.
     fn drop(&mut self) {
-        for link in &self.links {
-            // A worker that is gone already has nothing to stop.
-            let _ = link.commands.send(Command::Shutdown);
-        }
-        if let Some(guards) = self.guards.take() {
-            // A panicked worker's result is an `Err` here; it was reported when observed.
-            let _ = guards.join();
+        let id = self.id;
+        let links = self.cluster.links();
+        // A worker that is gone has nothing to retire; the others' replies are drained.
+        if links.broadcast(|| Command::Drop(id)).is_ok() {
+            let _ = links.gather();
         }
     }
 }
@@ -642,9 +637,9 @@ mod tests {
         };
         df.insert((0..16).map(update).collect()).expect("insert");
         df.advance_to(1).expect("advance");
-        df.send(1, Command::Panic).expect("send");
         df.insert((0..16).map(update).collect()).expect("insert");
-        let e = df.advance_to(2);
+        let id = df.id;
+        let e = df.round_with(vec![(1, Command::Panic)], |_| Command::Advance(id, 2));
         assert!(
             matches!(e, Err(Error::WorkerPanicked { worker: 1 })),
             "{e:?}"

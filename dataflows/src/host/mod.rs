@@ -1,4 +1,6 @@
-//! The host side: the handle the root crate drives, and the timely worker threads it commands.
+//! The host side: the handles the root crate drives, and the timely worker threads they
+//! command (one [`cluster::Cluster`] of threads hosts every dataflow built on it).
 
+pub(crate) mod cluster;
 pub(crate) mod handle;
 mod worker;

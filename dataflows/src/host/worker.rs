@@ -1,47 +1,66 @@
-//! The worker threads: each runs a loop that applies the host's commands to its rendered dataflow.
+//! The worker threads: each runs a loop that applies the host's commands to the dataflows
+//! it hosts (every view of an engine shares the same workers).
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
 use differential_dataflow::difference::{Monoid, Semigroup};
+use differential_dataflow::input::InputSession;
 use differential_dataflow::trace::cursor::cursor_list;
 use differential_dataflow::trace::Cursor;
-use timely::dataflow::ProbeHandle;
+use rustc_hash::FxHashMap as HashMap;
 use timely::worker::Worker;
 
 use crate::error::{Error, Result};
 use crate::render::aggregate::{render, Rendered};
 use crate::state::agg::{AggKind, Update};
 use crate::state::diff::Acc;
-use crate::state::open::{OpenWindows, StepOutput};
+use crate::state::open::StepOutput;
 use crate::time::{event_time, start_of, Time};
-use crate::typedefs::NamedTrace;
+use crate::typedefs::{NamedTrace, WindowKey};
 use crate::window::{expiry, EventTime, Panes};
+
+/// Identifies one dataflow among those a cluster's workers host.
+pub(crate) type DataflowId = u64;
 
 /// A command from the host to one worker.
 #[derive(Debug)]
 pub(crate) enum Command {
-    /// Add contributions at the current input time (no reply).
-    Insert(Vec<Update>),
-    /// Advance the input to the time, run until the output frontier passes it, compact, and
-    /// reply [`Reply::Stepped`].
-    Advance(Time),
-    /// Close the input (end of stream), run until the dataflow is done, reply [`Reply::Stepped`].
-    Finish,
-    /// Reply [`Reply::Snapshot`] with the trace's open windows (`window.end > frontier`).
-    Snapshot(EventTime),
-    /// Stop: close the input and return from the worker closure.
+    /// Render a windowed-aggregate dataflow under `id` and reply [`Reply::Built`].
+    Build {
+        /// The new dataflow's identifier (unused on this cluster so far).
+        id: DataflowId,
+        /// Its aggregates.
+        kinds: Vec<AggKind>,
+        /// Its pane geometry, if it takes panes.
+        panes: Option<Panes>,
+    },
+    /// Add contributions to a dataflow at its current input time (no reply).
+    Insert(DataflowId, Vec<Update>),
+    /// Advance a dataflow's input to the time, run until its output frontier passes it,
+    /// compact, and reply [`Reply::Stepped`].
+    Advance(DataflowId, Time),
+    /// Close a dataflow's input (end of stream), run until it is done, reply
+    /// [`Reply::Stepped`].
+    Finish(DataflowId),
+    /// Reply [`Reply::Snapshot`] with a dataflow's open windows (`window.end > frontier`).
+    Snapshot(DataflowId, EventTime),
+    /// Close a dataflow's input, run it until it is done (or drop it, after a peer died),
+    /// forget it, and reply [`Reply::Dropped`].
+    Drop(DataflowId),
+    /// Stop: close every input and return from the worker closure.
     Shutdown,
     /// Panic (tests of the host's handling of a dead worker).
     #[cfg(test)]
     Panic,
 }
 
-/// A worker's answer to [`Command::Advance`], [`Command::Finish`] or [`Command::Snapshot`].
+/// A worker's answer to a command that has one.
 #[derive(Debug)]
 pub(crate) enum Reply {
+    /// The dataflow of a [`Command::Build`] is rendered.
+    Built,
     /// The outcome of a step.
     Stepped {
         /// Closed and changed windows of this worker.
@@ -57,6 +76,10 @@ pub(crate) enum Reply {
     },
     /// The worker's open windows as read from its trace.
     Snapshot(Result<Vec<Update>>),
+    /// The dataflow of a [`Command::Drop`] is gone.
+    Dropped,
+    /// The command named a dataflow this worker does not host.
+    Unknown(DataflowId),
 }
 
 /// The host's end of one worker's channels.
@@ -71,58 +94,90 @@ pub(crate) struct WorkerEnd {
     pub(crate) replies: Sender<Reply>,
 }
 
-/// Runs the command loop of one worker until `Shutdown` or until the host goes away.
-///
-/// `abort` is raised by the host when a peer died: step loops then stop waiting for a
-/// frontier that will never move, and the dataflow is dropped instead of drained.
-pub(crate) fn run(
-    worker: &mut Worker,
+/// One worker's handles on one hosted dataflow.
+struct Hosted {
+    rendered: Rendered,
+    /// `None` once the input closed (end of stream).
+    input: Option<InputSession<Time, WindowKey, Acc>>,
+    /// `None` once the stream ended (nothing is left to snapshot).
+    trace: Option<NamedTrace>,
     kinds: Vec<AggKind>,
     panes: Option<Panes>,
-    end: WorkerEnd,
-    abort: Arc<AtomicBool>,
-) {
-    let Rendered {
-        index,
-        input,
-        trace,
-        probe,
-        open,
-    } = render(worker, kinds.clone(), panes);
-    let mut input = Some(input);
-    let mut trace = Some(trace);
+}
+
+/// Runs the command loop of one worker until `Shutdown` or until the host goes away,
+/// hosting every dataflow the host builds on it.
+///
+/// `abort` is raised by the host when a peer died: step loops then stop waiting for a
+/// frontier that will never move, and dataflows are dropped instead of drained.
+pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
+    let mut hosted: HashMap<DataflowId, Hosted> = HashMap::default();
+    let aborted = || abort.load(Ordering::Relaxed);
     while let Some(command) = receive(&end.commands) {
         let reply = match command {
-            Command::Insert(updates) => {
-                if let Some(input) = input.as_mut() {
-                    for u in updates {
-                        input.update((u.window, u.key), Acc::insert(&kinds, &u.aggs));
+            Command::Build { id, kinds, panes } => {
+                let (rendered, input, trace) = render(worker, kinds.clone(), panes);
+                hosted.insert(
+                    id,
+                    Hosted {
+                        rendered,
+                        input: Some(input),
+                        trace: Some(trace),
+                        kinds,
+                        panes,
+                    },
+                );
+                Reply::Built
+            }
+            Command::Insert(id, updates) => {
+                if let Some(h) = hosted.get_mut(&id) {
+                    if let Some(input) = h.input.as_mut() {
+                        for u in updates {
+                            input.update((u.window, u.key), Acc::insert(&h.kinds, &u.aggs));
+                        }
                     }
                 }
                 continue;
             }
-            Command::Advance(time) => {
-                if let Some(input) = input.as_mut() {
-                    input.advance_to(time);
-                    input.flush();
+            Command::Advance(id, time) => match hosted.get_mut(&id) {
+                None => Reply::Unknown(id),
+                Some(h) => {
+                    if let Some(input) = h.input.as_mut() {
+                        input.advance_to(time);
+                        input.flush();
+                    }
+                    let probe = &h.rendered.probe;
+                    worker.step_while(|| probe.less_than(&time) && !aborted());
+                    if let Some(trace) = h.trace.as_mut() {
+                        trace.compact_to(&[time]);
+                    }
+                    step_reply(h, event_time(time))
                 }
-                worker.step_while(|| probe.less_than(&time) && !abort.load(Ordering::Relaxed));
-                if let Some(trace) = trace.as_mut() {
-                    trace.compact_to(&[time]);
+            },
+            Command::Finish(id) => match hosted.get_mut(&id) {
+                None => Reply::Unknown(id),
+                Some(h) => {
+                    drop(h.input.take());
+                    let probe = &h.rendered.probe;
+                    worker.step_while(|| !probe.done() && !aborted());
+                    // Every window is closed: nothing is left to snapshot, so release the trace.
+                    drop(h.trace.take());
+                    step_reply(h, EventTime::MAX)
                 }
-                step_reply(&probe, trace.as_ref(), &open, event_time(time))
+            },
+            Command::Snapshot(id, frontier) => match hosted.get(&id) {
+                None => Reply::Unknown(id),
+                Some(h) => Reply::Snapshot(match h.trace.as_ref() {
+                    Some(trace) => snapshot(trace, frontier, h.panes),
+                    None => Ok(Vec::new()),
+                }),
+            },
+            Command::Drop(id) => {
+                if let Some(h) = hosted.remove(&id) {
+                    retire(worker, h, &aborted);
+                }
+                Reply::Dropped
             }
-            Command::Finish => {
-                drop(input.take());
-                worker.step_while(|| !probe.done() && !abort.load(Ordering::Relaxed));
-                // Every window is closed: nothing is left to snapshot, so release the trace.
-                drop(trace.take());
-                step_reply(&probe, None, &open, EventTime::MAX)
-            }
-            Command::Snapshot(frontier) => Reply::Snapshot(match trace.as_ref() {
-                Some(trace) => snapshot(trace, frontier, panes),
-                None => Ok(Vec::new()),
-            }),
             Command::Shutdown => break,
             #[cfg(test)]
             Command::Panic => panic!("worker panic induced by a test"),
@@ -131,11 +186,26 @@ pub(crate) fn run(
             break;
         }
     }
+    for (_, h) in hosted.drain() {
+        retire(worker, h, &aborted);
+    }
+}
+
+/// Ends one hosted dataflow: its input closes and it runs until done, so its threads'
+/// peers see the same end; if a peer died (`aborted`), it can never drain and is dropped.
+fn retire(worker: &mut Worker, h: Hosted, aborted: &dyn Fn() -> bool) {
+    let Hosted {
+        rendered,
+        input,
+        trace,
+        ..
+    } = h;
     drop(input);
     drop(trace);
-    if abort.load(Ordering::Relaxed) {
-        // A peer is gone: the dataflow can never drain, so drop it instead.
-        worker.drop_dataflow(index);
+    let probe = &rendered.probe;
+    worker.step_while(|| !probe.done() && !aborted());
+    if aborted() {
+        worker.drop_dataflow(rendered.index);
     }
 }
 
@@ -166,19 +236,19 @@ fn receive<T>(rx: &Receiver<T>) -> Option<T> {
     }
 }
 
-fn step_reply(
-    probe: &ProbeHandle<Time>,
-    trace: Option<&NamedTrace>,
-    open: &RefCell<OpenWindows>,
-    frontier: EventTime,
-) -> Reply {
-    let mut open = open.borrow_mut();
+fn step_reply(h: &Hosted, frontier: EventTime) -> Reply {
+    let mut open = h.rendered.open.borrow_mut();
     let error = open.take_error();
     let out = open.take_step(frontier);
     Reply::Stepped {
         out,
-        frontier: probe.with_frontier(|f| f.iter().min().copied()),
-        sizes: trace.map(|t| (t.name(), t.size())).into_iter().collect(),
+        frontier: h.rendered.probe.with_frontier(|f| f.iter().min().copied()),
+        sizes: h
+            .trace
+            .as_ref()
+            .map(|t| (t.name(), t.size()))
+            .into_iter()
+            .collect(),
         open_groups: open.len(),
         error,
     }

@@ -18,27 +18,30 @@ use crate::window::Panes;
 /// Name of the windowed-aggregate arrangement.
 pub(crate) const ARRANGEMENT: &str = "WindowedAggregate";
 
-/// One worker's handles on its instance of the dataflow.
+/// One worker's handles on its instance of the dataflow (besides its input and its trace,
+/// which [`render`] returns beside it: the worker releases them at the end of the stream).
 pub(crate) struct Rendered {
     /// Timely's identifier of the dataflow (to drop it on abort).
     pub(crate) index: usize,
-    /// Where contributions enter, at the current time.
-    pub(crate) input: InputSession<Time, WindowKey, Acc>,
-    /// The arrangement of `(window, key) -> Acc`.
-    pub(crate) trace: NamedTrace,
     /// Passes a time once the arrangement's output before it is folded into `open`.
     pub(crate) probe: ProbeHandle<Time>,
     /// Current states of this worker's open windows.
     pub(crate) open: Rc<RefCell<OpenWindows>>,
 }
 
-/// Builds `input -> evict at window end -> arrange by (window, key) -> collect` in `worker`.
+/// Builds `input -> evict at window end -> arrange by (window, key) -> collect` in `worker`;
+/// returns the handles, the input (where contributions enter, at the current time) and the
+/// arrangement's trace of `(window, key) -> Acc`.
 ///
 /// Contributions enter at the current input time with the window in the key, so every open
 /// window's state is in the trace (readable for snapshots) once the input moves past it; the
 /// eviction retracts each contribution at its window's end, so the trace keeps only open
 /// windows once its compaction frontier passes their ends.
-pub(crate) fn render(worker: &mut Worker, kinds: Vec<AggKind>, panes: Option<Panes>) -> Rendered {
+pub(crate) fn render(
+    worker: &mut Worker,
+    kinds: Vec<AggKind>,
+    panes: Option<Panes>,
+) -> (Rendered, InputSession<Time, WindowKey, Acc>, NamedTrace) {
     let open = Rc::new(RefCell::new(OpenWindows::new(kinds, panes)));
     let index = worker.next_dataflow_index();
     let sink = Rc::clone(&open);
@@ -53,11 +56,5 @@ pub(crate) fn render(worker: &mut Worker, kinds: Vec<AggKind>, panes: Option<Pan
             let probe = collect_changes(arranged, sink);
             (input, trace, probe)
         });
-    Rendered {
-        index,
-        input,
-        trace,
-        probe,
-        open,
-    }
+    (Rendered { index, probe, open }, input, trace)
 }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
-use thund_dataflows::{AggState, Config, Update, WindowedAggregate};
+use thund_dataflows::{AggState, Cluster, Config, Update, WindowedAggregate};
 
 use keys::KeyDictionary;
 
@@ -59,6 +59,8 @@ pub(crate) struct IncrementalView {
     /// Encodes group keys (`None` for a global aggregate).
     converter: Option<RowConverter>,
     dataflow: WindowedAggregate,
+    /// The engine's worker threads, which the dataflow runs on.
+    cluster: Cluster,
     config: Config,
     /// Complete mode: current states of open (window, key)s, and closed results.
     open: OpenStates,
@@ -79,7 +81,7 @@ impl IncrementalView {
         view: &str,
         plan: CompiledAggregate,
         mode: OutputMode,
-        workers: usize,
+        cluster: Cluster,
     ) -> Result<Self> {
         let n_keys = plan.keys.len();
         let converter = if n_keys == 0 {
@@ -91,13 +93,13 @@ impl IncrementalView {
             Some(RowConverter::new(fields)?)
         };
         let mut config =
-            Config::new(plan.aggs.iter().map(|a| a.kind).collect()).with_workers(workers.max(1));
+            Config::new(plan.aggs.iter().map(|a| a.kind).collect()).with_workers(cluster.workers());
         // hopping windows: one update per pane, the dataflow derives the windows
         if plan.windows.size() != plan.windows.slide() {
             config = config.with_panes(plan.windows.panes());
         }
-        let dataflow =
-            WindowedAggregate::spawn(config.clone()).map_err(|e| Error::dataflow(view, e))?;
+        let dataflow = WindowedAggregate::spawn_on(&cluster, config.clone())
+            .map_err(|e| Error::dataflow(view, e))?;
         let out = output_schema(&plan.query_schema, Some(&plan.bound), mode);
         Ok(IncrementalView {
             view: view.to_string(),
@@ -106,6 +108,7 @@ impl IncrementalView {
             out,
             converter,
             dataflow,
+            cluster,
             config,
             open: BTreeMap::new(),
             closed_results: ClosedResults::default(),

@@ -237,8 +237,9 @@ impl IncrementalView {
             };
             self.closed_results = ClosedResults::restored(closed);
         }
+        let at = w.unwrap_or(EventTime::MIN);
         self.dataflow =
-            WindowedAggregate::restore(self.config.clone(), w.unwrap_or(EventTime::MIN), updates)
+            WindowedAggregate::restore_on(&self.cluster, self.config.clone(), at, updates)
                 .map_err(|e| Error::dataflow(&self.view, e))?;
         self.unsaved.clear();
         Ok(())
