@@ -3,8 +3,11 @@
 //! A grouped aggregate over 60 s tumbling windows holds one group per key;
 //! each trigger pushes 10 000 rows over 1 000 random keys, so the change per
 //! epoch is fixed while the state grows with the key space. Prints bytes
-//! written and sidecar time per epoch (medians) for full checkpoints
-//! (`checkpoint_compaction(1)`) and incremental ones (compaction every 10).
+//! written, sidecar time, capture time (the `checkpoint` call on the trigger
+//! thread) and the time of the next trigger (which runs while the sidecar
+//! still reads and writes the epoch) per epoch (medians), for full
+//! checkpoints (`checkpoint_compaction(1)`) and incremental ones (compaction
+//! every 10).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,7 +25,10 @@ fn median<T: Ord + Copy>(mut v: Vec<T>) -> T {
     v[v.len() / 2]
 }
 
-fn run(keys: u64, compact_every: usize) -> (u64, Duration, Duration, u64) {
+/// Median bytes written, sidecar time, capture time (the checkpoint call on the
+/// trigger thread) and trigger time (each trigger runs while the sidecar still
+/// handles the previous epoch), and the state rows.
+fn run(keys: u64, compact_every: usize) -> (u64, Duration, Duration, Duration, u64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),
@@ -82,7 +88,19 @@ fn run(keys: u64, compact_every: usize) -> (u64, Duration, Duration, u64) {
     e.trigger().expect("trigger");
     e.checkpoint(serde_json::Value::Null).expect("checkpoint");
     e.sync_checkpoints().expect("sync");
-    let (mut bytes, mut write, mut capture, mut rows) = (Vec::new(), Vec::new(), Vec::new(), 0);
+    let (mut bytes, mut write, mut capture, mut trig, mut rows) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), 0);
+    // outcomes come back with a trigger's report or from a sync
+    let mut record = |outcomes: Vec<thund::CheckpointOutcome>,
+                      bytes: &mut Vec<u64>,
+                      write: &mut Vec<Duration>| {
+        for o in outcomes {
+            let s = o.result.expect("committed");
+            bytes.push(s.bytes_written);
+            write.push(s.write_time);
+            rows = s.state_rows;
+        }
+    };
     for i in 0..20 {
         // 10 000 rows over 1 000 keys of the key space
         let base = r.below(keys.saturating_sub(1000).max(1));
@@ -99,18 +117,24 @@ fn run(keys: u64, compact_every: usize) -> (u64, Duration, Duration, u64) {
         cols[0] = Arc::new(k);
         b = RecordBatch::try_new(schema.clone(), cols).expect("batch");
         e.push("t", b).expect("push");
-        e.trigger().expect("trigger");
+        let t = Instant::now();
+        let report = e.trigger().expect("trigger");
+        trig.push(t.elapsed());
+        record(report.checkpoints, &mut bytes, &mut write);
+        record(e.sync_checkpoints().expect("sync"), &mut bytes, &mut write);
         let t = Instant::now();
         e.checkpoint(serde_json::Value::Null).expect("checkpoint");
         capture.push(t.elapsed());
-        for o in e.sync_checkpoints().expect("sync") {
-            let s = o.result.expect("committed");
-            bytes.push(s.bytes_written);
-            write.push(s.write_time);
-            rows = s.state_rows;
-        }
     }
-    (median(bytes), median(write), median(capture), rows)
+    record(e.sync_checkpoints().expect("sync"), &mut bytes, &mut write);
+    assert_eq!(bytes.len(), 20, "every epoch committed");
+    (
+        median(bytes),
+        median(write),
+        median(capture),
+        median(trig),
+        rows,
+    )
 }
 
 fn main() {
@@ -122,10 +146,10 @@ fn main() {
         "checkpoint cost per epoch (median of 20 epochs; 10 000 rows over 1 000 keys per epoch)"
     );
     for keys in sizes {
-        let (fb, fw, fc, _) = run(keys, 1);
-        let (ib, iw, ic, state_rows) = run(keys, 10);
+        let (fb, fw, fc, ft, _) = run(keys, 1);
+        let (ib, iw, ic, it, state_rows) = run(keys, 10);
         println!(
-            "state {keys:>8} groups: full {fb:>9} B, {fw:>9.2?} in sidecar, {fc:>8.2?} capture | incremental {ib:>8} B, {iw:>9.2?} in sidecar, {ic:>8.2?} capture | bytes ratio {:.1}x (state rows referenced: {state_rows})",
+            "state {keys:>8} groups: full {fb:>9} B, {fw:>9.2?} in sidecar, {fc:>8.2?} capture, {ft:>8.2?} trigger | incremental {ib:>8} B, {iw:>9.2?} in sidecar, {ic:>8.2?} capture, {it:>8.2?} trigger | bytes ratio {:.1}x (state rows referenced: {state_rows})",
             fb as f64 / ib.max(1) as f64
         );
     }

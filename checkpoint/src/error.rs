@@ -72,6 +72,18 @@ pub enum Error {
         reason: String,
     },
 
+    /// The caller could not produce the state an epoch was to hold (say a
+    /// worker that read it died); nothing of the epoch was written.
+    #[error("view `{view}` epoch {epoch}: the state could not be captured: {reason}")]
+    Capture {
+        /// The view.
+        view: String,
+        /// The epoch.
+        epoch: u64,
+        /// What went wrong.
+        reason: String,
+    },
+
     // ---- I/O -------------------------------------------------------------
     /// An object-store operation failed.
     #[error("checkpoint store: {op} `{path}`{} failed: {source}", epoch_suffix(*.epoch))]

@@ -120,7 +120,7 @@ mod window;
 
 pub use error::{Error, Result};
 pub use host::cluster::Cluster;
-pub use host::handle::{ArrangementSize, Config, Step, WindowedAggregate};
+pub use host::handle::{ArrangementSize, Config, PendingSnapshot, Step, WindowedAggregate};
 pub use state::agg::{AggKind, AggState, Update, Value};
 pub use state::preagg::PreAggregator;
 pub use window::{EventTime, Key, Panes, Window};

@@ -87,12 +87,18 @@ impl StateFile {
     }
 }
 
+/// Work an export leaves for the sidecar's thread: it yields more files of
+/// the same epoch (a full capture's trace reading and encoding).
+pub(crate) type Deferred = Box<dyn FnOnce() -> crate::error::Result<Vec<StateFile>> + Send>;
+
 /// What a runtime's export produced.
 pub(crate) struct Export {
     /// The files to write.
     pub files: Vec<StateFile>,
     /// Whether they are the whole state (no older file is needed).
     pub full: bool,
+    /// More files, made on the sidecar's thread before the epoch is written.
+    pub deferred: Option<Deferred>,
 }
 
 /// A stable fingerprint (FNV-1a, 64 bits, hex) of a view's defining text.

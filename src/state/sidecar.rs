@@ -1,7 +1,9 @@
 //! The sidecar: each checkpoint captures the views' state at the current
-//! epoch (in the caller's thread: Arc clones and a trace read), then a
-//! background thread writes it as Parquet epochs through `thund-checkpoint`,
-//! so a trigger's latency holds no Parquet I/O. Commits happen in order: a
+//! epoch (in the caller's thread: Arc clones, the changed groups of a delta
+//! epoch, and for a full epoch only the workers' trace batches and the key
+//! dictionary's ids), then a background thread reads and encodes what a full
+//! epoch captured and writes it as Parquet epochs through `thund-checkpoint`,
+//! so a trigger's latency holds no Parquet I/O and no full-state read. Commits happen in order: a
 //! checkpoint waits while the previous one is still queued.
 //!
 //! Checkpoints are incremental: an epoch writes only what changed since the
@@ -76,6 +78,15 @@ fn write_one(
     meta: EpochMeta,
 ) -> std::result::Result<CheckpointStats, thund_checkpoint::Error> {
     let started = Instant::now();
+    let mut export = export;
+    if let Some(deferred) = export.deferred.take() {
+        let more = deferred().map_err(|e| thund_checkpoint::Error::Capture {
+            view: v.writer.view().to_string(),
+            epoch,
+            reason: e.to_string(),
+        })?;
+        export.files.extend(more);
+    }
     let reused = v.live.carried(meta.watermark, export.full);
     let expiries: Vec<(String, usize, EventTime)> = export
         .files

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::cluster::{Cluster, Links};
-use super::worker::{Command, DataflowId, Reply};
+use super::worker::{Chunk, Command, DataflowId, Reply};
 use crate::error::{Error, Result};
 use crate::state::agg::{AggKind, AggState, Update};
 use crate::time::{event_time, seq, start_of, Time};
@@ -486,10 +486,24 @@ impl WindowedAggregate {
     /// not move the watermark; the changes it observes are reported by the next
     /// [`advance_to`](Self::advance_to)), so the snapshot holds everything inserted so far.
     /// Feed the concatenation of all workers' updates to [`restore`](Self::restore).
+    ///
+    /// This is [`begin_snapshot`](Self::begin_snapshot) and [`PendingSnapshot::wait`].
     pub fn snapshot(&mut self) -> Result<Vec<(usize, Vec<Update>)>> {
+        self.begin_snapshot()?.wait()
+    }
+
+    /// Starts a [`snapshot`](Self::snapshot) and returns once every worker has captured its
+    /// trace (its batches as of now, shared and immutable): the caller's thread does not
+    /// read the state. Each worker then reads its captured batches a chunk at a time
+    /// between later commands, so the dataflow keeps stepping meanwhile (a step waits for
+    /// at most one chunk) and what later steps change is not in the snapshot.
+    /// [`PendingSnapshot::wait`], on any thread, collects the result.
+    pub fn begin_snapshot(&mut self) -> Result<PendingSnapshot> {
         self.check_usable()?;
+        let workers = self.config.workers;
+        let (to, chunks) = std::sync::mpsc::channel();
         if self.frontier.is_none() {
-            return Ok((0..self.config.workers).map(|w| (w, Vec::new())).collect());
+            return Ok(PendingSnapshot::done(workers, chunks));
         }
         if self.has_pending() {
             let (closed, changed, changed_panes) = self.step(Some(self.next_time()?))?;
@@ -502,25 +516,20 @@ impl WindowedAggregate {
             }
         }
         let (id, frontier) = (self.id, self.frontier());
-        let replies = self.round(|_| Command::Snapshot(id, frontier))?;
-        let mut out = Vec::with_capacity(replies.len());
-        let mut first_error = None;
+        let replies = self.round(|_| Command::Snapshot {
+            id,
+            frontier,
+            to: to.clone(),
+        })?;
         for (w, reply) in replies.into_iter().enumerate() {
-            match reply {
-                Reply::Snapshot(Ok(mut updates)) => {
-                    updates.sort_unstable();
-                    out.push((w, updates));
-                }
-                Reply::Snapshot(Err(e)) => {
-                    first_error.get_or_insert(e);
-                }
-                other => return Err(self.unexpected(w, other)),
+            if !matches!(reply, Reply::SnapshotStarted) {
+                return Err(self.unexpected(w, reply));
             }
         }
-        match first_error {
-            Some(e) => Err(self.poison(e)),
-            None => Ok(out),
-        }
+        Ok(PendingSnapshot {
+            parts: vec![Some(Vec::new()); workers],
+            chunks,
+        })
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -590,6 +599,56 @@ impl WindowedAggregate {
             }
         }
         Ok(())
+    }
+}
+
+/// A snapshot the workers are reading (see [`WindowedAggregate::begin_snapshot`]). `Send`:
+/// it may be waited for on another thread, such as a checkpoint writer's.
+#[derive(Debug)]
+pub struct PendingSnapshot {
+    /// Per worker, the updates received so far (`None` once its last chunk came).
+    parts: Vec<Option<Vec<Update>>>,
+    chunks: std::sync::mpsc::Receiver<Chunk>,
+}
+
+impl PendingSnapshot {
+    /// A snapshot of a dataflow whose stream ended: every worker's part is empty.
+    fn done(workers: usize, chunks: std::sync::mpsc::Receiver<Chunk>) -> Self {
+        PendingSnapshot {
+            parts: vec![None; workers],
+            chunks,
+        }
+    }
+
+    /// Waits for every worker's chunks: one [`Update`] per open `(window, key)`, sorted,
+    /// per worker (what [`WindowedAggregate::snapshot`] returns). A worker that failed
+    /// while reading gives its error (an overflow); one that died, or whose dataflow was
+    /// dropped before it finished, gives [`Error::WorkerPanicked`].
+    pub fn wait(mut self) -> Result<Vec<(usize, Vec<Update>)>> {
+        let mut out: Vec<Vec<Update>> = vec![Vec::new(); self.parts.len()];
+        while let Some(w) = self.parts.iter().position(Option::is_some) {
+            let chunk = self
+                .chunks
+                .recv()
+                .map_err(|_| Error::WorkerPanicked { worker: w })?;
+            let part = self.parts[chunk.worker]
+                .as_mut()
+                .ok_or(Error::WorkerPanicked {
+                    worker: chunk.worker,
+                })?;
+            part.extend(chunk.updates?);
+            if chunk.last {
+                out[chunk.worker] = self.parts[chunk.worker].take().unwrap_or_default();
+            }
+        }
+        Ok(out
+            .into_iter()
+            .enumerate()
+            .map(|(w, mut updates)| {
+                updates.sort_unstable();
+                (w, updates)
+            })
+            .collect())
     }
 }
 

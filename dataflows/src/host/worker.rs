@@ -1,14 +1,15 @@
 //! The worker threads: each runs a loop that applies the host's commands to the dataflows
 //! it hosts (every view of an engine shares the same workers).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
 use differential_dataflow::difference::{Monoid, Semigroup};
 use differential_dataflow::input::InputSession;
-use differential_dataflow::trace::cursor::cursor_list;
-use differential_dataflow::trace::Cursor;
+use differential_dataflow::trace::cursor::{cursor_list, CursorList};
+use differential_dataflow::trace::{Cursor, Navigable};
 use rustc_hash::FxHashMap as HashMap;
 use timely::worker::Worker;
 
@@ -18,7 +19,7 @@ use crate::state::agg::{AggKind, Update};
 use crate::state::diff::Acc;
 use crate::state::open::StepOutput;
 use crate::time::{event_time, start_of, Time};
-use crate::typedefs::{NamedTrace, WindowKey};
+use crate::typedefs::{NamedTrace, WindowBatch, WindowKey};
 use crate::window::{expiry, EventTime, Panes};
 
 /// Identifies one dataflow among those a cluster's workers host.
@@ -44,8 +45,17 @@ pub(crate) enum Command {
     /// Close a dataflow's input (end of stream), run until it is done, reply
     /// [`Reply::Stepped`].
     Finish(DataflowId),
-    /// Reply [`Reply::Snapshot`] with a dataflow's open windows (`window.end > frontier`).
-    Snapshot(DataflowId, EventTime),
+    /// Capture a dataflow's trace (its batches as of now, shared and immutable), reply
+    /// [`Reply::SnapshotStarted`], then send its open windows (`window.end > frontier`) in
+    /// chunks to `to`, between later commands (so later steps wait for at most one chunk).
+    Snapshot {
+        /// The dataflow.
+        id: DataflowId,
+        /// Windows ending at or before it are closed and left out.
+        frontier: EventTime,
+        /// Where the chunks go.
+        to: Sender<Chunk>,
+    },
     /// Close a dataflow's input, run it until it is done (or drop it, after a peer died),
     /// forget it, and reply [`Reply::Dropped`].
     Drop(DataflowId),
@@ -74,12 +84,118 @@ pub(crate) enum Reply {
         /// An error met while folding results.
         error: Option<Error>,
     },
-    /// The worker's open windows as read from its trace.
-    Snapshot(Result<Vec<Update>>),
+    /// The trace of a [`Command::Snapshot`] is captured; its chunks follow on their channel.
+    SnapshotStarted,
     /// The dataflow of a [`Command::Drop`] is gone.
     Dropped,
     /// The command named a dataflow this worker does not host.
     Unknown(DataflowId),
+}
+
+/// A piece of one worker's snapshot: open windows read from its trace, and whether it is
+/// the worker's last piece.
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    /// The worker that read it.
+    pub(crate) worker: usize,
+    /// The open `(window, key)`s read, in trace order, or the error that ended the walk.
+    pub(crate) updates: Result<Vec<Update>>,
+    /// Whether the walk is over (after an error too).
+    pub(crate) last: bool,
+}
+
+/// `(window, key)`s a worker reads per chunk of a snapshot: a step waits at most this
+/// many keys' reading (a few milliseconds).
+const CHUNK_KEYS: usize = 1 << 15;
+
+/// A snapshot being read from captured trace batches.
+pub(crate) struct Walk {
+    cursor: CursorList<<WindowBatch as Navigable>::Cursor>,
+    storage: Vec<WindowBatch>,
+    frontier: EventTime,
+    panes: Option<Panes>,
+}
+
+impl Walk {
+    /// A walk over the trace as it is now.
+    fn new(trace: &NamedTrace, frontier: EventTime, panes: Option<Panes>) -> Self {
+        let (cursor, storage) = cursor_list(trace.batches());
+        Walk {
+            cursor,
+            storage,
+            frontier,
+            panes,
+        }
+    }
+
+    /// Reads up to `max` more keys: the open windows among them, each with the
+    /// accumulation of its contributions before its end; `None` once the walk is over.
+    fn next_chunk(&mut self, max: usize) -> Option<Result<Vec<Update>>> {
+        let (cursor, storage) = (&mut self.cursor, &self.storage);
+        cursor.get_key(storage)?;
+        let mut out = Vec::new();
+        for _ in 0..max {
+            let Some((window, key)) = cursor.get_key(storage) else {
+                break;
+            };
+            let expires = expiry(self.panes, *window);
+            if expires > self.frontier {
+                let end = start_of(expires);
+                let mut acc = Acc::zero();
+                while cursor.get_val(storage).is_some() {
+                    cursor.map_times(storage, |time, diff| {
+                        if *time < end {
+                            acc.plus_equals(diff);
+                        }
+                    });
+                    cursor.step_val(storage);
+                }
+                if acc.overflow {
+                    return Some(Err(Error::Overflow {
+                        kind: acc.first_kind().unwrap_or(AggKind::SumInt),
+                        window: Some(*window),
+                        detail: "in the dataflow's accumulation".to_string(),
+                    }));
+                }
+                if acc.n > 0 {
+                    out.push(Update {
+                        window: *window,
+                        key: *key,
+                        aggs: acc.states().collect(),
+                    });
+                }
+            }
+            cursor.step_key(storage);
+        }
+        Some(Ok(out))
+    }
+}
+
+/// A walk and where its chunks go.
+struct Job {
+    walk: Walk,
+    to: Sender<Chunk>,
+}
+
+impl Job {
+    /// Sends the next chunk; whether the job is over (done, failed, or nobody listens).
+    fn step(&mut self, worker: usize) -> bool {
+        let (updates, mut last) = match self.walk.next_chunk(CHUNK_KEYS) {
+            None => (Ok(Vec::new()), true),
+            Some(Err(e)) => (Err(e), true),
+            Some(Ok(u)) => (Ok(u), false),
+        };
+        // the cursor knows whether keys remain: say so with this chunk
+        if !last && self.walk.cursor.get_key(&self.walk.storage).is_none() {
+            last = true;
+        }
+        let sent = self.to.send(Chunk {
+            worker,
+            updates,
+            last,
+        });
+        last || sent.is_err()
+    }
 }
 
 /// The host's end of one worker's channels.
@@ -112,8 +228,28 @@ struct Hosted {
 /// frontier that will never move, and dataflows are dropped instead of drained.
 pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
     let mut hosted: HashMap<DataflowId, Hosted> = HashMap::default();
+    let mut jobs: VecDeque<Job> = VecDeque::new();
     let aborted = || abort.load(Ordering::Relaxed);
-    while let Some(command) = receive(&end.commands) {
+    let me = worker.index();
+    loop {
+        // snapshots are read between commands, a chunk at a time
+        let command = if let Some(job) = jobs.front_mut() {
+            match end.commands.try_recv() {
+                Ok(c) => c,
+                Err(TryRecvError::Empty) => {
+                    if job.step(me) {
+                        jobs.pop_front();
+                    }
+                    continue;
+                }
+                Err(TryRecvError::Disconnected) => break,
+            }
+        } else {
+            match receive(&end.commands) {
+                Some(c) => c,
+                None => break,
+            }
+        };
         let reply = match command {
             Command::Build { id, kinds, panes } => {
                 let (rendered, input, trace) = render(worker, kinds.clone(), panes);
@@ -165,12 +301,25 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                     step_reply(h, EventTime::MAX)
                 }
             },
-            Command::Snapshot(id, frontier) => match hosted.get(&id) {
+            Command::Snapshot { id, frontier, to } => match hosted.get(&id) {
                 None => Reply::Unknown(id),
-                Some(h) => Reply::Snapshot(match h.trace.as_ref() {
-                    Some(trace) => snapshot(trace, frontier, h.panes),
-                    None => Ok(Vec::new()),
-                }),
+                Some(h) => {
+                    match h.trace.as_ref() {
+                        Some(trace) => jobs.push_back(Job {
+                            walk: Walk::new(trace, frontier, h.panes),
+                            to,
+                        }),
+                        // the stream ended: nothing is open
+                        None => {
+                            let _ = to.send(Chunk {
+                                worker: me,
+                                updates: Ok(Vec::new()),
+                                last: true,
+                            });
+                        }
+                    }
+                    Reply::SnapshotStarted
+                }
             },
             Command::Drop(id) => {
                 if let Some(h) = hosted.remove(&id) {
@@ -252,42 +401,4 @@ fn step_reply(h: &Hosted, frontier: EventTime) -> Reply {
         open_groups: open.len(),
         error,
     }
-}
-
-/// Reads the open windows (`window.end > frontier`) from the trace: for each `(window, key)`
-/// the accumulation of its contributions before the window's end.
-fn snapshot(trace: &NamedTrace, frontier: EventTime, panes: Option<Panes>) -> Result<Vec<Update>> {
-    let (mut cursor, storage) = cursor_list(trace.batches());
-    let mut out = Vec::new();
-    while let Some((window, key)) = cursor.get_key(&storage) {
-        let expires = expiry(panes, *window);
-        if expires > frontier {
-            let end = start_of(expires);
-            let mut acc = Acc::zero();
-            while cursor.get_val(&storage).is_some() {
-                cursor.map_times(&storage, |time, diff| {
-                    if *time < end {
-                        acc.plus_equals(diff);
-                    }
-                });
-                cursor.step_val(&storage);
-            }
-            if acc.overflow {
-                return Err(Error::Overflow {
-                    kind: acc.first_kind().unwrap_or(AggKind::SumInt),
-                    window: Some(*window),
-                    detail: "in the dataflow's accumulation".to_string(),
-                });
-            }
-            if acc.n > 0 {
-                out.push(Update {
-                    window: *window,
-                    key: *key,
-                    aggs: acc.states().collect(),
-                });
-            }
-        }
-        cursor.step_key(&storage);
-    }
-    Ok(out)
 }

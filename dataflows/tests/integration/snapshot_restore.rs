@@ -178,3 +178,52 @@ proptest::proptest! {
         proptest::prop_assert_eq!(got, expected);
     }
 }
+
+/// A snapshot read in the background while the dataflow keeps stepping holds the state at
+/// the moment it began: the same as a snapshot of a twin dataflow stopped there. The state
+/// spans several of a worker's chunks, so steps run between chunks.
+#[test]
+fn a_background_snapshot_is_the_state_when_it_began() {
+    let kinds = ALL_KINDS.to_vec();
+    let cluster = thund_dataflows::Cluster::start(2).expect("cluster");
+    let config = Config::new(kinds.clone()).with_workers(2);
+    let mut live = WindowedAggregate::spawn_on(&cluster, config.clone()).expect("spawn");
+    let mut twin = WindowedAggregate::spawn_on(&cluster, config).expect("spawn");
+    let mut rng = Rng::new(11);
+    let mut batch = |w: EventTime, keys: u64| -> Vec<Update> {
+        (0..keys)
+            .map(|key| {
+                let t = w + rng.below(40) as i64;
+                let s = t.div_euclid(20) * 20;
+                Update {
+                    window: Window::new(s, s + 20),
+                    key,
+                    aggs: row_states(&kinds, Some(rng.below(1_000) as i64 - 500)),
+                }
+            })
+            .collect()
+    };
+    for w in [0, 10, 20] {
+        let b = batch(w, 60_000);
+        live.insert(b.clone()).expect("insert");
+        twin.insert(b).expect("insert");
+        live.advance_to(w).expect("advance");
+        twin.advance_to(w).expect("advance");
+    }
+    // inserted but not stepped: the snapshot seals them first
+    let b = batch(25, 60_000);
+    live.insert(b.clone()).expect("insert");
+    twin.insert(b).expect("insert");
+    let pending = live.begin_snapshot().expect("begin");
+    let expected = twin.snapshot().expect("snapshot");
+    let mut closed_after = 0;
+    for w in [30, 40, 50, 60] {
+        live.insert(batch(w, 60_000)).expect("insert");
+        closed_after += live.advance_to(w).expect("advance").closed.len();
+    }
+    assert!(closed_after > 0, "later steps closed windows meanwhile");
+    let got = pending.wait().expect("wait");
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().map(|(_, u)| u.len()).sum::<usize>() > 2 * (1 << 15));
+    assert_eq!(got, expected);
+}

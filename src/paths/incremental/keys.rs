@@ -8,6 +8,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -34,9 +35,9 @@ pub(super) struct KeyDictionary {
     short: FxHashMap<u128, u64>,
     /// Ids of longer keys.
     ids: FxHashMap<Box<[u8]>, u64>,
-    /// By id: the key's bytes and the latest end of a window it was seen in
-    /// (`None`: a free id).
-    entries: Vec<Option<(Box<[u8]>, EventTime)>>,
+    /// By id: the key's bytes (shared with [`KeySnapshot`]s) and the latest
+    /// end of a window it was seen in (`None`: a free id).
+    entries: Vec<Option<(Arc<[u8]>, EventTime)>>,
     free: Vec<u64>,
     /// `(end, id)` for each time an id's latest end grew: popped when W
     /// passes `end`, the id is free if its latest end is still `end`.
@@ -78,12 +79,16 @@ impl KeyDictionary {
         id
     }
 
-    /// The bytes of `id` (empty for an unknown id, which no caller holds).
-    pub(super) fn bytes(&self, id: u64) -> &[u8] {
-        self.entries
-            .get(id as usize)
-            .and_then(|e| e.as_ref())
-            .map_or(&[], |(b, _)| b)
+    /// The ids' bytes as they are now, for decoding on another thread while
+    /// this dictionary goes on (reclaiming and reusing ids). Copies one
+    /// pointer per id, not the keys.
+    pub(super) fn snapshot(&self) -> KeySnapshot {
+        KeySnapshot(
+            self.entries
+                .iter()
+                .map(|e| e.as_ref().map(|(b, _)| Arc::clone(b)))
+                .collect(),
+        )
     }
 
     /// Frees the ids whose every window ends at or before `w` (they have
@@ -99,7 +104,7 @@ impl KeyDictionary {
                 if let Some((bytes, _)) = slot.take() {
                     match packed(&bytes) {
                         Some(p) => self.short.remove(&p),
-                        None => self.ids.remove(&bytes),
+                        None => self.ids.remove(&*bytes),
                     };
                     self.free.push(id);
                 }
@@ -111,6 +116,33 @@ impl KeyDictionary {
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.short.len() + self.ids.len()
+    }
+}
+
+/// Decodes key ids to the bytes the [`KeyDictionary`] holds for them.
+pub(super) trait KeyBytes {
+    /// The bytes of `id` (empty for an unknown id, which no caller holds).
+    fn bytes(&self, id: u64) -> &[u8];
+}
+
+impl KeyBytes for KeyDictionary {
+    fn bytes(&self, id: u64) -> &[u8] {
+        self.entries
+            .get(id as usize)
+            .and_then(|e| e.as_ref())
+            .map_or(&[], |(b, _)| b)
+    }
+}
+
+/// A [`KeyDictionary`]'s ids and bytes at one moment (`Send`).
+pub(super) struct KeySnapshot(Vec<Option<Arc<[u8]>>>);
+
+impl KeyBytes for KeySnapshot {
+    fn bytes(&self, id: u64) -> &[u8] {
+        self.0
+            .get(id as usize)
+            .and_then(|e| e.as_deref())
+            .unwrap_or(&[])
     }
 }
 
@@ -132,9 +164,12 @@ mod tests {
             "b's only window closed; a is still open until 20"
         );
         assert_eq!(d.bytes(a), b"a");
+        let before = d.snapshot();
         let c = d.intern(b"c", 30);
         assert_eq!(c, b, "b's id is reused");
         assert_eq!(d.bytes(c), b"c");
+        assert_eq!(before.bytes(a), b"a", "a snapshot keeps its ids");
+        assert_eq!(before.bytes(b), b"", "b was free when it was taken");
         d.reclaim(EventTime::MAX);
         assert_eq!(d.len(), 0);
     }

@@ -50,6 +50,17 @@ fn updates_of(states: &OpenStates) -> Vec<Update> {
         .collect()
 }
 
+/// The encoder of a plan's group keys (`None` for a global aggregate).
+fn key_converter(plan: &CompiledAggregate) -> Result<Option<RowConverter>> {
+    if plan.keys.is_empty() {
+        return Ok(None);
+    }
+    let fields = (0..plan.keys.len())
+        .map(|i| SortField::new(plan.agg_schema.field(i).data_type().clone()))
+        .collect();
+    Ok(Some(RowConverter::new(fields)?))
+}
+
 /// The incremental runtime of one view.
 pub(crate) struct IncrementalView {
     view: String,
@@ -83,15 +94,7 @@ impl IncrementalView {
         mode: OutputMode,
         cluster: Cluster,
     ) -> Result<Self> {
-        let n_keys = plan.keys.len();
-        let converter = if n_keys == 0 {
-            None
-        } else {
-            let fields = (0..n_keys)
-                .map(|i| SortField::new(plan.agg_schema.field(i).data_type().clone()))
-                .collect();
-            Some(RowConverter::new(fields)?)
-        };
+        let converter = key_converter(&plan)?;
         let mut config =
             Config::new(plan.aggs.iter().map(|a| a.kind).collect()).with_workers(cluster.workers());
         // hopping windows: one update per pane, the dataflow derives the windows

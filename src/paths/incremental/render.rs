@@ -12,6 +12,7 @@ use arrow::compute::{cast, filter_record_batch};
 use arrow::datatypes::DataType;
 use thund_dataflows::{Update, Value};
 
+use super::keys::KeyBytes;
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::plan::{AggFunc, CompiledAgg};

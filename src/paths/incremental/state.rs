@@ -9,16 +9,88 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Decimal128Array, Float64Array, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use thund_dataflows::{AggState, Update, Value, WindowedAggregate};
+use arrow::row::RowConverter;
+use thund_dataflows::{AggState, Panes, Update, Value, WindowedAggregate};
 
-use super::keys::{KeyDictionary, GLOBAL};
+use super::keys::{KeyBytes, KeyDictionary, GLOBAL};
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::closed::ClosedResults;
 use crate::spec::OutputMode;
-use crate::state::{operator, Export, StateFile};
+use crate::state::{operator, Deferred, Export, StateFile};
 use crate::time::EventTime;
 use crate::window::Window;
+
+/// Encodes open states as the checkpoint's `aggregate` batches: owns what it
+/// needs (`Send`), so a full epoch's encoding runs on the sidecar's thread.
+struct StateEncoder {
+    schema: SchemaRef,
+    converter: Option<RowConverter>,
+    aggs: usize,
+    panes: Option<Panes>,
+}
+
+impl StateEncoder {
+    fn batch(&self, updates: &[Update], keys: &impl KeyBytes) -> Result<RecordBatch> {
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(
+                updates.iter().map(|u| u.window.start),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                updates.iter().map(|u| u.window.end),
+            )),
+        ];
+        if let Some(conv) = &self.converter {
+            let parser = conv.parser();
+            cols.extend(
+                conv.convert_rows(updates.iter().map(|u| parser.parse(keys.bytes(u.key))))?,
+            );
+        }
+        for j in 0..self.aggs {
+            cols.push(Arc::new(Int64Array::from_iter_values(
+                updates.iter().map(|u| u.aggs[j].count),
+            )));
+            cols.push(Arc::new(
+                Decimal128Array::from_iter(updates.iter().map(|u| match u.aggs[j].value {
+                    Value::Int(i) => Some(i),
+                    _ => None,
+                }))
+                .with_precision_and_scale(38, 0)?,
+            ));
+            cols.push(Arc::new(Float64Array::from_iter(updates.iter().map(
+                |u| match u.aggs[j].value {
+                    Value::Float(f) => Some(f),
+                    _ => None,
+                },
+            ))));
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
+    }
+
+    /// The file of `worker`'s `updates` (none if empty): needed until the last
+    /// window its states feed closes.
+    fn file(
+        &self,
+        worker: usize,
+        updates: &[Update],
+        keys: &impl KeyBytes,
+    ) -> Result<Option<StateFile>> {
+        if updates.is_empty() {
+            return Ok(None);
+        }
+        let expiry = updates
+            .iter()
+            .map(|u| self.panes.map_or(u.window.end, |p| p.expiry(u.window)))
+            .max()
+            .unwrap_or(EventTime::MIN);
+        Ok(Some(StateFile::new(
+            operator::AGGREGATE,
+            worker,
+            vec![self.batch(updates, keys)?],
+            expiry,
+        )))
+    }
+}
 
 impl IncrementalView {
     /// Schema of the exported state: `window_start`, `window_end` (ms), the
@@ -44,84 +116,53 @@ impl IncrementalView {
         Arc::new(Schema::new(fields))
     }
 
-    fn state_batch(&self, updates: &[Update]) -> Result<RecordBatch> {
-        let mut cols: Vec<ArrayRef> = vec![
-            Arc::new(Int64Array::from_iter_values(
-                updates.iter().map(|u| u.window.start),
-            )),
-            Arc::new(Int64Array::from_iter_values(
-                updates.iter().map(|u| u.window.end),
-            )),
-        ];
-        if let Some(conv) = &self.converter {
-            let parser = conv.parser();
-            cols.extend(
-                conv.convert_rows(updates.iter().map(|u| parser.parse(self.keys.bytes(u.key))))?,
-            );
-        }
-        for j in 0..self.plan.aggs.len() {
-            cols.push(Arc::new(Int64Array::from_iter_values(
-                updates.iter().map(|u| u.aggs[j].count),
-            )));
-            cols.push(Arc::new(
-                Decimal128Array::from_iter(updates.iter().map(|u| match u.aggs[j].value {
-                    Value::Int(i) => Some(i),
-                    _ => None,
-                }))
-                .with_precision_and_scale(38, 0)?,
-            ));
-            cols.push(Arc::new(Float64Array::from_iter(updates.iter().map(
-                |u| match u.aggs[j].value {
-                    Value::Float(f) => Some(f),
-                    _ => None,
-                },
-            ))));
-        }
-        Ok(RecordBatch::try_new(self.state_schema(), cols)?)
+    fn encoder(&self) -> Result<StateEncoder> {
+        Ok(StateEncoder {
+            schema: self.state_schema(),
+            converter: super::key_converter(&self.plan)?,
+            aggs: self.plan.aggs.len(),
+            panes: self.config.panes,
+        })
     }
 
     /// State as checkpoint files: the open (window, key) states (`aggregate`;
     /// all of them per worker when `full`, else only those changed since the
     /// last checkpoint) and Complete mode's closed results (`complete-closed`).
+    ///
+    /// A full export only captures on this thread: the workers' traces (their
+    /// batches as of now) and the key dictionary's ids. Reading the traces,
+    /// decoding keys and encoding batches run later, in [`Export::deferred`],
+    /// on the sidecar's thread, while triggers go on.
     pub(super) fn export_state(&mut self, full: bool) -> Result<Export> {
-        // a file is needed until the last window its states feed closes
-        let panes = self.config.panes;
-        let max_end = |us: &[Update]| {
-            us.iter()
-                .map(|u| panes.map_or(u.window.end, |p| p.expiry(u.window)))
-                .max()
-                .unwrap_or(EventTime::MIN)
-        };
+        let encoder = self.encoder()?;
         let mut files = Vec::new();
+        let mut deferred: Option<Deferred> = None;
         if full {
-            let snap = self
+            let pending = self
                 .dataflow
-                .snapshot()
+                .begin_snapshot()
                 .map_err(|e| Error::dataflow(&self.view, e))?;
-            for (worker, updates) in snap {
-                if !updates.is_empty() {
-                    files.push(StateFile::new(
-                        operator::AGGREGATE,
-                        worker,
-                        vec![self.state_batch(&updates)?],
-                        max_end(&updates),
-                    ));
+            let keys = self.keys.snapshot();
+            let view = self.view.clone();
+            deferred = Some(Box::new(move || {
+                let snap = pending.wait().map_err(|e| Error::dataflow(&view, e))?;
+                let mut files = Vec::new();
+                for (worker, updates) in snap {
+                    files.extend(encoder.file(worker, &updates, &keys)?);
                 }
-            }
+                Ok(files)
+            }));
         } else {
             let updates = super::updates_of(&self.unsaved);
-            if !updates.is_empty() {
-                files.push(StateFile::new(
-                    operator::AGGREGATE,
-                    0,
-                    vec![self.state_batch(&updates)?],
-                    max_end(&updates),
-                ));
-            }
+            files.extend(encoder.file(0, &updates, &self.keys)?);
         }
         self.unsaved.clear();
         files.extend(self.closed_results.export(full));
-        Ok(Export { files, full })
+        Ok(Export {
+            files,
+            full,
+            deferred,
+        })
     }
 
     /// Restart the dataflow at `w` holding exported state (any worker

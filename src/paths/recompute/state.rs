@@ -91,7 +91,11 @@ pub(super) fn export(v: &mut RecomputeView, want_full: bool) -> Result<Export> {
             ));
         }
     }
-    Ok(Export { files, full })
+    Ok(Export {
+        files,
+        full,
+        deferred: None,
+    })
 }
 
 /// Restore what [`export`] wrote at watermark `w`, and rebuild the open
