@@ -36,13 +36,12 @@
 //!  ─────────────────────────────────          ─────────────────────────────────────
 //!  Updates ─insert─► folded by (window, key) ─step─► InputSession (at the current time)
 //!                                              │  (window, key) -> Acc{n, states}
-//!                                              ▼
-//!                                            evict: + retraction at window.end
-//!                                              │
-//!                                              ▼
-//!                                            arrange by (window, key)  ── trace ─► snapshot
+//!                                              ▼      ▲
+//!                                            arrange  │ evict: Acc{-n} for each closed
+//!                                              │      │ (window, key), at the current time
+//!                                              │  by (window, key) ── trace ─► snapshot
 //!                                              │  (exchanged by hash; compacted to W)
-//!                                              ▼
+//!                                              ▼      │
 //!  Step{closed, changed} ◄── advance_to(W) ── collect into the open-window table;
 //!                                             close windows with end <= W
 //! ```
@@ -53,9 +52,10 @@
 //! * **State in the difference.** Each `(window, key)` record carries its aggregate states
 //!   in the diff (COUNT and SUM add, MIN and MAX are semilattices), so the arrangement holds
 //!   about one record per open `(window, key)`, not one per row or per distinct value.
-//!   Eviction retracts every contribution at its window's end; the diff's contribution
-//!   count makes that retraction exact even for MIN, MAX and float sums (see
-//!   `state/diff.rs`).
+//!   When a window closes, its worker retracts its `n` contributions at the current time;
+//!   the diff's contribution count makes that retraction exact even for MIN, MAX and float
+//!   sums (see `state/diff.rs`), and no update waits in the arrangement for a future time,
+//!   so a step costs what changed, not the open state.
 //! * **Checkpoints.** Rows enter at the current time with the window in the key, so every
 //!   open window is in the trace: [`WindowedAggregate::snapshot`] reads it, and
 //!   [`WindowedAggregate::restore`] re-inserts it at the restored watermark, with any
@@ -79,7 +79,7 @@
 //!   the worker threads' command loop (`host/worker.rs`);
 //! * `render/`: one file per operator family, building its dataflow in a worker
 //!   (`render/aggregate.rs`: the windowed aggregate);
-//! * `operators/`: the dataflow's operators, one per file (`evict.rs`, `collect.rs`);
+//! * `operators/`: the dataflow's operators, one per file (`collect.rs`);
 //! * `state/`: the state types: aggregate kinds and states (`agg.rs`), the difference type
 //!   (`diff.rs`), the worker's open-window table (`open.rs`) and pre-aggregation
 //!   (`preagg.rs`);

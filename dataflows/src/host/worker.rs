@@ -287,7 +287,17 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                     if let Some(trace) = h.trace.as_mut() {
                         trace.compact_to(&[time]);
                     }
-                    step_reply(h, event_time(time))
+                    let reply = step_reply(h, event_time(time));
+                    // Retract what closed, at `time` (at or after every closed unit's end):
+                    // it enters with the next step, and the arrangement drops the units once
+                    // compaction passes `time`. Nothing waits in the batcher for a future end.
+                    let evicted = h.rendered.open.borrow_mut().take_evictions();
+                    if let Some(input) = h.input.as_mut() {
+                        for (unit, n) in evicted {
+                            input.update(unit, Acc::eviction(n));
+                        }
+                    }
+                    reply
                 }
             },
             Command::Finish(id) => match hosted.get_mut(&id) {

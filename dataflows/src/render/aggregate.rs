@@ -7,7 +7,7 @@ use differential_dataflow::input::{Input, InputSession};
 use timely::dataflow::ProbeHandle;
 use timely::worker::Worker;
 
-use crate::operators::{collect_changes, evict_at_expiry};
+use crate::operators::collect_changes;
 use crate::state::agg::AggKind;
 use crate::state::diff::Acc;
 use crate::state::open::OpenWindows;
@@ -29,14 +29,14 @@ pub(crate) struct Rendered {
     pub(crate) open: Rc<RefCell<OpenWindows>>,
 }
 
-/// Builds `input -> evict at window end -> arrange by (window, key) -> collect` in `worker`;
+/// Builds `input -> arrange by (window, key) -> collect` in `worker`;
 /// returns the handles, the input (where contributions enter, at the current time) and the
 /// arrangement's trace of `(window, key) -> Acc`.
 ///
 /// Contributions enter at the current input time with the window in the key, so every open
-/// window's state is in the trace (readable for snapshots) once the input moves past it; the
-/// eviction retracts each contribution at its window's end, so the trace keeps only open
-/// windows once its compaction frontier passes their ends.
+/// window's state is in the trace (readable for snapshots) once the input moves past it. When
+/// a window closes, the worker retracts its contributions at the current time (see
+/// `state/diff.rs`), so the trace keeps only open windows once compaction passes that time.
 pub(crate) fn render(
     worker: &mut Worker,
     kinds: Vec<AggKind>,
@@ -48,11 +48,7 @@ pub(crate) fn render(
     let (input, trace, probe) =
         worker.dataflow_named::<Time, _, _>("thund-windowed-aggregate", |scope| {
             let (input, contributions) = scope.new_collection::<WindowKey, Acc>();
-            let (arranged, trace) = arrange(
-                ARRANGEMENT,
-                evict_at_expiry(contributions, panes),
-                panes.is_some(),
-            );
+            let (arranged, trace) = arrange(ARRANGEMENT, contributions, panes.is_some());
             let probe = collect_changes(arranged, sink);
             (input, trace, probe)
         });

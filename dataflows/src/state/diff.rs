@@ -1,17 +1,22 @@
 //! The difference type: per-`(window, key)` aggregate states carried in the diff, with
 //! exact eviction.
 //!
-//! Every insert contributes `Acc { n: 1, parts }` at the current time, and the eviction
-//! operator ([`crate::operators::evict`]) adds `Acc { n: -1, parts: [] }` at the window's end.
-//! Addition adds `n` and folds `parts` with [`AggState::combined`]; a sum whose `n` is zero is
-//! *the* zero, whatever its parts. This is a commutative monoid on positive contributions
-//! (COUNT and SUM add, MIN and MAX are semilattices), so the accumulation of a `(window, key)`
-//! at any time before the window's end is exactly the fold of its inputs. At the window's
-//! end every contribution meets its retraction, so the accumulation there is exactly zero and
-//! the entry leaves the trace once compaction passes the end: eviction is exact even for
-//! MIN, MAX and float sums, which have no inverse. (Sums mixing positive and negative
-//! contributions are only ever formed at or after the window's end, where nobody reads
-//! their parts.)
+//! Every insert contributes `Acc { n: 1, parts }` at the current time. When a window (or,
+//! with panes, a pane's last window) closes, the worker that holds it adds
+//! `Acc { n: -N, parts: [] }` for its `N` contributions, at the current time, which is at or
+//! after the unit's end ([`Acc::eviction`], from the open-window table). Addition adds `n`
+//! and folds `parts` with [`AggState::combined`]; a sum whose `n` is zero is *the* zero,
+//! whatever its parts. This is a commutative monoid on positive contributions (COUNT and
+//! SUM add, MIN and MAX are semilattices), so the accumulation of a `(window, key)` at any
+//! time before the window's end is exactly the fold of its inputs. Once compaction passes
+//! the eviction's time, the contributions meet it, the accumulation is exactly zero and the
+//! entry leaves the trace: eviction is exact even for MIN, MAX and float sums, which have no
+//! inverse. (Sums mixing positive and negative contributions are only ever formed at or
+//! after the window's end, where nobody reads their parts.)
+//!
+//! The eviction enters when the unit closes, not in advance at a future time: updates at
+//! future times would wait in the arrangement's batcher, which re-sorts everything it holds
+//! at every step, making each step cost the whole open state.
 
 use differential_dataflow::difference::{IsZero, Monoid, Semigroup};
 use serde::{Deserialize, Serialize};
@@ -167,10 +172,11 @@ impl Acc {
         }
     }
 
-    /// The eviction of this difference: it cancels `self`'s contributions.
-    pub(crate) fn retraction(&self) -> Self {
+    /// The eviction of `n` contributions: added to their sum, in any order and grouping,
+    /// it gives the zero.
+    pub(crate) fn eviction(n: i64) -> Self {
         Acc {
-            n: self.n.wrapping_neg(),
+            n: n.wrapping_neg(),
             overflow: false,
             slots: Slots::EMPTY,
         }
@@ -307,16 +313,16 @@ mod tests {
         for i in 0..6 {
             assert_eq!(wide.get(i), narrow.get(i % 3), "slot {i}");
         }
-        wide.plus_equals(&wide.retraction());
+        wide.plus_equals(&Acc::eviction(wide.n));
         assert!(wide.is_zero());
     }
 
     #[test]
-    fn every_contribution_meets_its_retraction() {
+    fn the_contributions_meet_their_eviction() {
         let ups = [acc(0.1, 1), acc(0.2, i128::MAX), acc(-3.7, 5)];
-        // Any interleaving of the updates and their retractions sums to zero.
+        // Any interleaving of the updates and one eviction of all three sums to zero.
         let mut all: Vec<Acc> = ups.to_vec();
-        all.extend(ups.iter().map(Acc::retraction));
+        all.push(Acc::eviction(ups.len() as i64));
         for rot in 0..all.len() {
             all.rotate_left(1);
             let mut sum = Acc::zero();

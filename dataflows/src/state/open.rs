@@ -12,19 +12,30 @@ use crate::time::{start_of, Time};
 use crate::typedefs::WindowKey;
 use crate::window::{expiry, EventTime, Key, Panes, Window};
 
+/// One `(unit, key)`'s current states, and how many contributions they fold (what its
+/// eviction retracts).
+#[derive(Debug)]
+struct Group {
+    n: i64,
+    states: Vec<AggState>,
+}
+
 /// Current states of a worker's open `(window, key)`s, ordered by window end.
 #[derive(Debug)]
 pub(crate) struct OpenWindows {
     kinds: Vec<AggKind>,
     /// `(end, start) -> key -> states`.
-    by_end: BTreeMap<(EventTime, EventTime), HashMap<Key, Vec<AggState>>>,
+    by_end: BTreeMap<(EventTime, EventTime), HashMap<Key, Group>>,
     /// `(window, key)`s whose state changed since the last [`OpenWindows::take_step`].
     changed: HashSet<WindowKey>,
     /// With panes: the geometry, the states of the open panes (by expiry, start), and the
     /// `(pane, key)`s that changed since the last step.
     panes: Option<Panes>,
-    panes_by_expiry: BTreeMap<(EventTime, EventTime), HashMap<Key, Vec<AggState>>>,
+    panes_by_expiry: BTreeMap<(EventTime, EventTime), HashMap<Key, Group>>,
     changed_panes: HashSet<WindowKey>,
+    /// The units (windows, or panes) closed by the last steps, with their contribution
+    /// counts: the worker retracts them from the arrangement (see [`Self::take_evictions`]).
+    evictions: Vec<(WindowKey, i64)>,
     /// The first error met while folding, if any.
     error: Option<Error>,
 }
@@ -50,6 +61,7 @@ impl OpenWindows {
             panes,
             panes_by_expiry: BTreeMap::new(),
             changed_panes: HashSet::default(),
+            evictions: Vec::new(),
             error: None,
         }
     }
@@ -108,6 +120,13 @@ impl OpenWindows {
         });
     }
 
+    /// Takes the units closed since the last call with their contribution counts: each
+    /// `(unit, n)` is to be retracted by `Acc::eviction(n)` at a time at or after the unit's
+    /// end, which empties its entry in the arrangement.
+    pub(crate) fn take_evictions(&mut self) -> Vec<(WindowKey, i64)> {
+        std::mem::take(&mut self.evictions)
+    }
+
     /// Takes the error met while folding, if any.
     pub(crate) fn take_error(&mut self) -> Option<Error> {
         self.error.take()
@@ -131,28 +150,45 @@ impl OpenWindows {
             self.panes_by_expiry
                 .split_off(&(frontier + 1, EventTime::MIN))
         };
-        self.panes_by_expiry = open_panes;
+        let closed_panes = std::mem::replace(&mut self.panes_by_expiry, open_panes);
+        // at the end of stream the input is closed: nothing is left to retract
+        let evict = frontier != EventTime::MAX;
+        if let (true, Some(p)) = (evict, self.panes) {
+            for ((_, start), groups) in closed_panes {
+                let pane = p.pane_of(start);
+                for (key, g) in groups {
+                    self.evictions.push(((pane, key), g.n));
+                }
+            }
+        }
         for (pane, key) in self.changed_panes.drain() {
             let ends = (expiry(self.panes, pane), pane.start);
-            if let Some(aggs) = self.panes_by_expiry.get(&ends).and_then(|g| g.get(&key)) {
+            if let Some(g) = self.panes_by_expiry.get(&ends).and_then(|g| g.get(&key)) {
                 out.changed_panes.push(Update {
                     window: pane,
                     key,
-                    aggs: aggs.clone(),
+                    aggs: g.states.clone(),
                 });
             }
         }
         for ((end, start), groups) in closed_groups {
             let window = Window { start, end };
-            for (key, aggs) in groups {
-                out.closed.push(Update { window, key, aggs });
+            for (key, g) in groups {
+                if evict && self.panes.is_none() {
+                    self.evictions.push(((window, key), g.n));
+                }
+                out.closed.push(Update {
+                    window,
+                    key,
+                    aggs: g.states,
+                });
             }
         }
         for (window, key) in self.changed.drain() {
             if window.end <= frontier {
                 continue;
             }
-            if let Some(aggs) = self
+            if let Some(g) = self
                 .by_end
                 .get(&(window.end, window.start))
                 .and_then(|g| g.get(&key))
@@ -160,7 +196,7 @@ impl OpenWindows {
                 out.changed.push(Update {
                     window,
                     key,
-                    aggs: aggs.clone(),
+                    aggs: g.states.clone(),
                 });
             }
         }
@@ -177,14 +213,15 @@ impl OpenWindows {
 /// in `error` (with `window` as its context); the states are then unspecified.
 fn fold_states(
     kinds: &[AggKind],
-    groups: &mut HashMap<Key, Vec<AggState>>,
+    groups: &mut HashMap<Key, Group>,
     key: Key,
     diff: &Acc,
     window: Window,
     error: &mut Option<Error>,
 ) -> bool {
     match groups.get_mut(&key) {
-        Some(states) => {
+        Some(Group { n, states }) => {
+            *n = n.wrapping_add(diff.n);
             let mut changed = false;
             for (i, state) in states.iter_mut().enumerate() {
                 let (kind, part) = diff.get(i);
@@ -203,7 +240,13 @@ fn fold_states(
             changed
         }
         None => {
-            groups.insert(key, diff.states().collect());
+            groups.insert(
+                key,
+                Group {
+                    n: diff.n,
+                    states: diff.states().collect(),
+                },
+            );
             true
         }
     }
