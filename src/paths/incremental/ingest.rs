@@ -15,7 +15,7 @@ use arrow::datatypes::DataType;
 use rustc_hash::FxHashMap;
 use thund_dataflows::{AggKind, AggState, Update, Value};
 
-use super::keys::GLOBAL;
+use super::keys::{packed, GLOBAL};
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::sql::checked::{canonical, canonical_array};
@@ -117,6 +117,7 @@ impl IncrementalView {
         let mut groups: Vec<(Window, u64)> = Vec::new();
         let mut states: Vec<AggState> = Vec::new();
         let mut index: FxHashMap<(Window, u64), usize> = FxHashMap::default();
+        let mut short_index: FxHashMap<(Window, u128), usize> = FxHashMap::default();
         for o in on_time {
             let batch = &o.batch;
             let n = batch.num_rows();
@@ -185,15 +186,30 @@ impl IncrementalView {
                     slots.push(SKIP);
                     continue;
                 }
-                let key = match &key_rows {
-                    Some(r) => self.keys.intern(r.row(i).data(), expires),
-                    None => GLOBAL,
-                };
-                let slot = *index.entry((unit, key)).or_insert_with(|| {
+                let mut new_group = |key: u64| {
                     groups.push((unit, key));
                     states.resize(states.len() + m, AggState::EMPTY);
                     groups.len() - 1
-                });
+                };
+                // a short key finds its group by its packed bytes: the dictionary is
+                // asked once per group and trigger, not once per row
+                let slot = match &key_rows {
+                    Some(r) => {
+                        let bytes = r.row(i).data();
+                        match packed(bytes) {
+                            Some(p) => *short_index
+                                .entry((unit, p))
+                                .or_insert_with(|| new_group(self.keys.intern(bytes, expires))),
+                            None => {
+                                let key = self.keys.intern(bytes, expires);
+                                *index.entry((unit, key)).or_insert_with(|| new_group(key))
+                            }
+                        }
+                    }
+                    None => *index
+                        .entry((unit, GLOBAL))
+                        .or_insert_with(|| new_group(GLOBAL)),
+                };
                 slots.push(if passes { slot } else { SKIP });
             }
             // pass 2: one pass per aggregate over its argument column

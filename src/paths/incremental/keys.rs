@@ -19,7 +19,7 @@ pub(super) const GLOBAL: u64 = 0;
 
 /// A key of at most 15 bytes packed with its length into one integer, so
 /// the common short keys (one or two numbers) hash and compare as integers.
-fn packed(key: &[u8]) -> Option<u128> {
+pub(super) fn packed(key: &[u8]) -> Option<u128> {
     if key.len() >= 16 {
         return None;
     }
