@@ -136,3 +136,70 @@ proptest! {
         prop_assert_eq!(rec_late, late);
     }
 }
+
+/// Batches big enough that with two workers each key shard folds its rows on
+/// its own thread: the outputs equal one worker's and the recompute path's,
+/// trigger by trigger, with short and long (over 15 bytes) string keys.
+#[test]
+fn large_batches_fold_per_shard_and_agree_with_one_worker_and_recompute() {
+    let mut r = common::SplitMix::new(5);
+    let mut t = 1_000_000i64;
+    let triggers: Vec<Vec<Ev>> = (0..4)
+        .map(|_| {
+            (0..6_000)
+                .map(|_| {
+                    t += r.below(3) as i64;
+                    let long = r.below(3) == 0;
+                    Ev {
+                        t: t - r.below(1_500) as i64,
+                        k: r.below(300) as i64,
+                        g: if long {
+                            format!("a-long-group-key-{}", r.below(50))
+                        } else {
+                            format!("g{}", r.below(20))
+                        },
+                        v: (r.below(9) != 0).then(|| r.below(1_000) as i64 - 500),
+                        f: r.below(1_000) as f64 / 8.0,
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let run = |workers: usize, exec: ExecMode, mode: OutputMode| -> Vec<Vec<String>> {
+        let mut e = Engine::builder().workers(workers).build().expect("engine");
+        e.create_view(
+            ViewSpec::builder(
+                "v",
+                "SELECT k, g, COUNT(*) AS c, SUM(v) AS s, MAX(f) AS m FROM t WHERE k <> 7 GROUP BY k, g",
+            )
+            .source("t", "ts", common::schema())
+            .window(WindowSpec::hopping(
+                Duration::from_secs(4),
+                Duration::from_secs(2),
+            ))
+            .allowed_lateness(Duration::from_millis(800))
+            .output(mode)
+            .mode(exec)
+            .build()
+            .expect("spec"),
+        )
+        .expect("view");
+        let mut out = Vec::new();
+        for trig in &triggers {
+            e.push("t", batch(trig)).expect("push");
+            out.push(canon(&e.trigger().expect("trigger").views[0].output));
+        }
+        out.push(canon(&e.finish().expect("finish").views[0].output));
+        out
+    };
+    for mode in [OutputMode::Append, OutputMode::Update] {
+        let expected = run(1, ExecMode::Recompute, mode);
+        assert!(expected.iter().map(Vec::len).sum::<usize>() > 1_000);
+        assert_eq!(run(1, ExecMode::Auto, mode), expected, "{mode:?}, 1 worker");
+        assert_eq!(
+            run(2, ExecMode::Auto, mode),
+            expected,
+            "{mode:?}, 2 workers"
+        );
+    }
+}

@@ -12,17 +12,18 @@ use arrow::array::{
 use arrow::buffer::NullBuffer;
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
+use arrow::row::Rows;
 use rustc_hash::FxHashMap;
-use thund_dataflows::{AggKind, AggState, Update, Value};
+use thund_dataflows::{AggKind, AggState, Panes, Update, Value};
 
-use super::keys::{packed, GLOBAL};
+use super::keys::{packed, shard_of, KeyDictionary, Keys, GLOBAL};
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::sql::checked::{canonical, canonical_array};
 use crate::paths::OnTime;
 use crate::plan::CompiledAgg;
 use crate::time::EventTime;
-use crate::window::Window;
+use crate::window::{TimeWindows, Window};
 
 /// A row that feeds no group's states (filtered out, or its unit closed).
 const SKIP: usize = usize::MAX;
@@ -47,6 +48,128 @@ impl Arg {
             Arg::Decimal(a) => a.nulls(),
         }
     }
+}
+
+/// Rows per batch from which the shards fold on their own threads (below, the
+/// threads would cost more than they save).
+const PARALLEL_ROWS: usize = 4096;
+
+/// One shard's groups of this trigger: `(unit, key id)`, their states (`m`
+/// per group, flat), and the lookups that find them.
+#[derive(Default)]
+struct Groups {
+    groups: Vec<(Window, u64)>,
+    states: Vec<AggState>,
+    index: FxHashMap<(Window, u64), usize>,
+    short_index: FxHashMap<(Window, u128), usize>,
+}
+
+/// What every shard reads of one batch.
+struct Batch<'a> {
+    pass: &'a [bool],
+    key_rows: Option<&'a Rows>,
+    times: &'a [i64],
+    args: &'a [Arg],
+    kinds: &'a [AggKind],
+    panes: Option<Panes>,
+    windows: &'a TimeWindows,
+    w_prev: Option<EventTime>,
+    shards: usize,
+}
+
+/// Folds the rows of `b` whose key shard `shard` owns into `g`, interning
+/// their keys in `dict` (that shard's dictionary). A global aggregate's rows
+/// all belong to shard 0.
+fn fold_shard(
+    b: &Batch<'_>,
+    shard: usize,
+    dict: &mut KeyDictionary,
+    g: &mut Groups,
+) -> std::result::Result<(), thund_dataflows::Error> {
+    let m = b.kinds.len();
+    if b.key_rows.is_none() && shard != 0 {
+        return Ok(());
+    }
+    // pass 1: each row's slot. A row feeds one unit: its pane (hopping
+    // windows) or its window (tumbling); a key is interned with the end
+    // of the last window it feeds.
+    let mut slots: Vec<usize> = Vec::with_capacity(b.pass.len());
+    for (i, &passes) in b.pass.iter().enumerate() {
+        // a filtered row makes no group; a global aggregate still has its window
+        if !passes && b.key_rows.is_some() {
+            slots.push(SKIP);
+            continue;
+        }
+        let key = b.key_rows.map(|r| {
+            let bytes = r.row(i).data();
+            let p = packed(bytes);
+            (bytes, p, shard_of(p, bytes, b.shards))
+        });
+        if key.is_some_and(|(_, _, s)| s != shard) {
+            slots.push(SKIP);
+            continue;
+        }
+        let t = b.times[i];
+        let (unit, expires) = match b.panes {
+            Some(p) => {
+                let pane = p.pane_of(t);
+                (pane, p.expiry(pane))
+            }
+            None => {
+                let w = b.windows.last_window(t);
+                (w, w.end)
+            }
+        };
+        // the unit closed before the row came (the late rule refuses such rows)
+        if b.w_prev.is_some_and(|wp| expires <= wp) {
+            slots.push(SKIP);
+            continue;
+        }
+        let mut new_group = |key: u64| {
+            g.groups.push((unit, key));
+            g.states.resize(g.states.len() + m, AggState::EMPTY);
+            g.groups.len() - 1
+        };
+        let id = |local| Keys::id(local, shard, b.shards);
+        // a short key finds its group by its packed bytes: the dictionary is
+        // asked once per group and trigger, not once per row
+        let slot = match key {
+            Some((bytes, Some(p), _)) => *g
+                .short_index
+                .entry((unit, p))
+                .or_insert_with(|| new_group(id(dict.intern(bytes, expires)))),
+            Some((bytes, None, _)) => {
+                let key = id(dict.intern(bytes, expires));
+                *g.index.entry((unit, key)).or_insert_with(|| new_group(key))
+            }
+            None => *g
+                .index
+                .entry((unit, GLOBAL))
+                .or_insert_with(|| new_group(GLOBAL)),
+        };
+        slots.push(if passes { slot } else { SKIP });
+    }
+    // pass 2: one pass per aggregate over its argument column
+    for (j, (arg, &kind)) in b.args.iter().zip(b.kinds).enumerate() {
+        let nulls = arg.nulls();
+        let (at, states) = ((m, j), &mut g.states);
+        match arg {
+            Arg::Count(_) => fold_column(kind, &slots, nulls, states, at, |_| Value::Int(1)),
+            Arg::Float(a) => fold_column(kind, &slots, nulls, states, at, |i| {
+                Value::Float(canonical(a.value(i)))
+            }),
+            Arg::Int(a) => fold_column(kind, &slots, nulls, states, at, |i| {
+                Value::Int(i128::from(a.value(i)))
+            }),
+            Arg::UInt(a) => fold_column(kind, &slots, nulls, states, at, |i| {
+                Value::Int(i128::from(a.value(i)))
+            }),
+            Arg::Decimal(a) => {
+                fold_column(kind, &slots, nulls, states, at, |i| Value::Int(a.value(i)))
+            }
+        }?;
+    }
+    Ok(())
 }
 
 /// Folds `value(i)` into the state of aggregate `j` of row `i`'s slot, for
@@ -107,17 +230,16 @@ impl IncrementalView {
     }
 
     /// Pre-aggregate this trigger's rows by (window or pane, key) and insert them.
+    ///
+    /// With more than one worker, the key dictionary has a shard per worker
+    /// and each shard folds its keys' rows on its own thread (the calling one
+    /// and scoped helpers; the workers wait for the updates meanwhile).
     pub(super) fn ingest(&mut self, on_time: Vec<OnTime>, w_prev: Option<EventTime>) -> Result<()> {
         let view = self.view.clone();
         let kinds: Vec<AggKind> = self.plan.aggs.iter().map(|a| a.kind).collect();
         let m = kinds.len();
-        let panes = self.config.panes;
-        let global = self.plan.keys.is_empty();
-        // the groups of this trigger, and their states (`m` per group, flat)
-        let mut groups: Vec<(Window, u64)> = Vec::new();
-        let mut states: Vec<AggState> = Vec::new();
-        let mut index: FxHashMap<(Window, u64), usize> = FxHashMap::default();
-        let mut short_index: FxHashMap<(Window, u128), usize> = FxHashMap::default();
+        let shards = self.keys.shards_mut().len();
+        let mut groups: Vec<Groups> = (0..shards).map(|_| Groups::default()).collect();
         for o in on_time {
             let batch = &o.batch;
             let n = batch.num_rows();
@@ -160,94 +282,69 @@ impl IncrementalView {
                     .map_err(|e| Error::eval(&view, e))?;
                 args.push(self.arg(a, arr)?);
             }
-            // pass 1: each row's slot. A row feeds one unit: its pane (hopping
-            // windows) or its window (tumbling); a key is interned with the end
-            // of the last window it feeds.
-            let times = o.times.values();
-            let mut slots: Vec<usize> = Vec::with_capacity(n);
-            for (i, &passes) in pass.iter().enumerate() {
-                if !passes && !global {
-                    slots.push(SKIP); // a filtered row makes no group; a global aggregate still has its window
-                    continue;
-                }
-                let t = times[i];
-                let (unit, expires) = match panes {
-                    Some(p) => {
-                        let pane = p.pane_of(t);
-                        (pane, p.expiry(pane))
-                    }
-                    None => {
-                        let w = self.plan.windows.last_window(t);
-                        (w, w.end)
-                    }
+            let b = Batch {
+                pass: &pass,
+                key_rows: key_rows.as_ref(),
+                times: o.times.values(),
+                args: &args,
+                kinds: &kinds,
+                panes: self.config.panes,
+                windows: &self.plan.windows,
+                w_prev,
+                shards,
+            };
+            let dicts = self.keys.shards_mut();
+            let folded: Vec<std::result::Result<(), thund_dataflows::Error>> =
+                if shards > 1 && n >= PARALLEL_ROWS && key_rows.is_some() {
+                    std::thread::scope(|scope| {
+                        let b = &b;
+                        let mut work = dicts.iter_mut().zip(groups.iter_mut()).enumerate();
+                        let first = work.next();
+                        let helpers: Vec<_> = work
+                            .map(|(s, (d, g))| scope.spawn(move || fold_shard(b, s, d, g)))
+                            .collect();
+                        let mut out: Vec<_> = first
+                            .map(|(s, (d, g))| fold_shard(b, s, d, g))
+                            .into_iter()
+                            .collect();
+                        out.extend(helpers.into_iter().map(|h| {
+                            h.join().unwrap_or_else(|_| {
+                                Err(thund_dataflows::Error::InvalidConfig {
+                                    reason: "an ingest thread panicked".to_string(),
+                                })
+                            })
+                        }));
+                        out
+                    })
+                } else {
+                    dicts
+                        .iter_mut()
+                        .zip(groups.iter_mut())
+                        .enumerate()
+                        .map(|(s, (d, g))| fold_shard(&b, s, d, g))
+                        .collect()
                 };
-                // the unit closed before the row came (the late rule refuses such rows)
-                if w_prev.is_some_and(|wp| expires <= wp) {
-                    slots.push(SKIP);
-                    continue;
-                }
-                let mut new_group = |key: u64| {
-                    groups.push((unit, key));
-                    states.resize(states.len() + m, AggState::EMPTY);
-                    groups.len() - 1
-                };
-                // a short key finds its group by its packed bytes: the dictionary is
-                // asked once per group and trigger, not once per row
-                let slot = match &key_rows {
-                    Some(r) => {
-                        let bytes = r.row(i).data();
-                        match packed(bytes) {
-                            Some(p) => *short_index
-                                .entry((unit, p))
-                                .or_insert_with(|| new_group(self.keys.intern(bytes, expires))),
-                            None => {
-                                let key = self.keys.intern(bytes, expires);
-                                *index.entry((unit, key)).or_insert_with(|| new_group(key))
-                            }
-                        }
-                    }
-                    None => *index
-                        .entry((unit, GLOBAL))
-                        .or_insert_with(|| new_group(GLOBAL)),
-                };
-                slots.push(if passes { slot } else { SKIP });
-            }
-            // pass 2: one pass per aggregate over its argument column
-            for (j, (arg, &kind)) in args.iter().zip(&kinds).enumerate() {
-                let nulls = arg.nulls();
-                let at = (m, j);
-                let folded = match arg {
-                    Arg::Count(_) => {
-                        fold_column(kind, &slots, nulls, &mut states, at, |_| Value::Int(1))
-                    }
-                    Arg::Float(a) => fold_column(kind, &slots, nulls, &mut states, at, |i| {
-                        Value::Float(canonical(a.value(i)))
-                    }),
-                    Arg::Int(a) => fold_column(kind, &slots, nulls, &mut states, at, |i| {
-                        Value::Int(i128::from(a.value(i)))
-                    }),
-                    Arg::UInt(a) => fold_column(kind, &slots, nulls, &mut states, at, |i| {
-                        Value::Int(i128::from(a.value(i)))
-                    }),
-                    Arg::Decimal(a) => fold_column(kind, &slots, nulls, &mut states, at, |i| {
-                        Value::Int(a.value(i))
-                    }),
-                };
-                folded.map_err(|e| Error::dataflow(&view, e))?;
+            for r in folded {
+                r.map_err(|e| Error::dataflow(&view, e))?;
             }
         }
-        if groups.is_empty() {
-            return Ok(());
-        }
-        let updates = groups
+        let updates: Vec<Update> = groups
             .into_iter()
-            .enumerate()
-            .map(|(s, (window, key))| Update {
-                window,
-                key,
-                aggs: states[s * m..(s + 1) * m].to_vec(),
+            .flat_map(|g| {
+                let Groups { groups, states, .. } = g;
+                groups
+                    .into_iter()
+                    .enumerate()
+                    .map(move |(s, (window, key))| Update {
+                        window,
+                        key,
+                        aggs: states[s * m..(s + 1) * m].to_vec(),
+                    })
             })
             .collect();
+        if updates.is_empty() {
+            return Ok(());
+        }
         self.dataflow
             .insert(updates)
             .map_err(|e| Error::dataflow(&view, e))

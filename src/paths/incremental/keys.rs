@@ -146,6 +146,84 @@ impl KeyBytes for KeySnapshot {
     }
 }
 
+/// Which of `n` shards owns a key: by a hash of its packed form (or bytes).
+pub(super) fn shard_of(packed_key: Option<u128>, bytes: &[u8], n: usize) -> usize {
+    if n == 1 {
+        return 0;
+    }
+    let h = match packed_key {
+        Some(p) => (p as u64 ^ (p >> 64) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        None => {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = rustc_hash::FxBuildHasher.build_hasher();
+            h.write(bytes);
+            h.finish().wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        }
+    };
+    ((h >> 32) % n as u64) as usize
+}
+
+/// The key dictionary in `n` shards, so the rows of a batch can be folded on
+/// `n` threads, each interning only the keys it owns ([`shard_of`]). A key's
+/// id is its shard's id times `n` plus the shard.
+pub(super) struct Keys {
+    shards: Vec<KeyDictionary>,
+}
+
+impl Keys {
+    pub(super) fn new(n: usize) -> Self {
+        Keys {
+            shards: (0..n.max(1)).map(|_| KeyDictionary::default()).collect(),
+        }
+    }
+
+    /// Every shard, to fold on their own threads.
+    pub(super) fn shards_mut(&mut self) -> &mut [KeyDictionary] {
+        &mut self.shards
+    }
+
+    /// The id of shard `shard`'s local id `local`.
+    pub(super) fn id(local: u64, shard: usize, n: usize) -> u64 {
+        local * n as u64 + shard as u64
+    }
+
+    /// The id of `key`, seen in a window ending at `end`.
+    pub(super) fn intern(&mut self, key: &[u8], end: EventTime) -> u64 {
+        let n = self.shards.len();
+        let s = shard_of(packed(key), key, n);
+        Self::id(self.shards[s].intern(key, end), s, n)
+    }
+
+    /// Frees the ids whose every window ends at or before `w`.
+    pub(super) fn reclaim(&mut self, w: EventTime) {
+        for d in &mut self.shards {
+            d.reclaim(w);
+        }
+    }
+
+    /// Every shard's ids and bytes as they are now (see [`KeyDictionary::snapshot`]).
+    pub(super) fn snapshot(&self) -> ShardedSnapshot {
+        ShardedSnapshot(self.shards.iter().map(KeyDictionary::snapshot).collect())
+    }
+}
+
+impl KeyBytes for Keys {
+    fn bytes(&self, id: u64) -> &[u8] {
+        let n = self.shards.len() as u64;
+        self.shards[(id % n) as usize].bytes(id / n)
+    }
+}
+
+/// [`Keys`] at one moment (`Send`).
+pub(super) struct ShardedSnapshot(Vec<KeySnapshot>);
+
+impl KeyBytes for ShardedSnapshot {
+    fn bytes(&self, id: u64) -> &[u8] {
+        let n = self.0.len() as u64;
+        self.0[(id % n) as usize].bytes(id / n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +256,7 @@ mod tests {
     fn random_interning_agrees_with_a_map_of_latest_ends() {
         use std::collections::BTreeMap;
         let mut d = KeyDictionary::default();
+        let mut sharded = Keys::new(3);
         let mut model: BTreeMap<Vec<u8>, EventTime> = BTreeMap::new();
         let mut x: u64 = 17;
         let mut w = 0;
@@ -190,13 +269,19 @@ mod tests {
             let end = w + 1 + ((x >> 40) % 50) as EventTime;
             let id = d.intern(&key, end);
             assert_eq!(d.bytes(id), key.as_slice());
+            let sid = sharded.intern(&key, end);
+            assert_eq!(sharded.bytes(sid), key.as_slice());
+            assert_eq!(sharded.intern(&key, end), sid, "a key keeps its id");
             let e = model.entry(key).or_insert(end);
             *e = (*e).max(end);
             if x % 7 == 0 {
                 w += (x >> 20) as EventTime % 20;
                 d.reclaim(w);
+                sharded.reclaim(w);
                 model.retain(|_, end| *end > w);
                 assert_eq!(d.len(), model.len());
+                let held: usize = sharded.shards.iter().map(KeyDictionary::len).sum();
+                assert_eq!(held, model.len());
             }
         }
     }

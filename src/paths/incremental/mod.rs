@@ -22,7 +22,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 use thund_dataflows::{AggState, Cluster, Config, Update, WindowedAggregate};
 
-use keys::KeyDictionary;
+use keys::Keys;
 
 use super::changes::Shown;
 use super::closed::ClosedResults;
@@ -83,7 +83,7 @@ pub(crate) struct IncrementalView {
     /// Update mode: what each open group's row last showed.
     shown: Shown,
     /// Group keys by id (the dataflow carries the ids).
-    keys: KeyDictionary,
+    keys: Keys,
 }
 
 impl IncrementalView {
@@ -95,8 +95,9 @@ impl IncrementalView {
         cluster: Cluster,
     ) -> Result<Self> {
         let converter = key_converter(&plan)?;
+        let workers = cluster.workers();
         let mut config =
-            Config::new(plan.aggs.iter().map(|a| a.kind).collect()).with_workers(cluster.workers());
+            Config::new(plan.aggs.iter().map(|a| a.kind).collect()).with_workers(workers);
         // hopping windows: one update per pane, the dataflow derives the windows
         if plan.windows.size() != plan.windows.slide() {
             config = config.with_panes(plan.windows.panes());
@@ -118,7 +119,7 @@ impl IncrementalView {
             unsaved: BTreeMap::new(),
             checkpointing: false,
             shown: Shown::default(),
-            keys: KeyDictionary::default(),
+            keys: Keys::new(workers),
         })
     }
 }

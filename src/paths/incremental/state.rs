@@ -12,7 +12,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::RowConverter;
 use thund_dataflows::{AggState, Panes, Update, Value, WindowedAggregate};
 
-use super::keys::{KeyBytes, KeyDictionary, GLOBAL};
+use super::keys::{KeyBytes, Keys, GLOBAL};
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::closed::ClosedResults;
@@ -184,7 +184,7 @@ impl IncrementalView {
         let bad = |m: &str| Error::format(&self.view, format!("{}: {m}", operator::AGGREGATE));
         let n_keys = self.plan.keys.len();
         state.sort_by_key(|(e, _)| *e);
-        self.keys = KeyDictionary::default();
+        self.keys = Keys::new(self.config.workers);
         let mut merged: BTreeMap<(Window, u64), Vec<AggState>> = BTreeMap::new();
         for (_, b) in state {
             if b.num_columns() != 2 + n_keys + 3 * self.plan.aggs.len() {
