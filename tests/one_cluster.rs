@@ -20,6 +20,19 @@ fn timely_threads() -> usize {
         .count()
 }
 
+/// [`timely_threads`] once joined threads are gone: a joined thread can stay
+/// listed in `/proc` for a moment after `join` returned (the kernel wakes the
+/// joiner before it reaps the thread).
+fn settled_timely_threads() -> usize {
+    for _ in 0..200 {
+        if timely_threads() == 0 {
+            return 0;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    timely_threads()
+}
+
 /// Ten views over one source: several windows, queries and output modes, all incremental.
 fn specs(mode: ExecMode) -> Vec<ViewSpec> {
     let s = Duration::from_secs;
@@ -105,6 +118,7 @@ fn ten_views_share_the_engines_workers_and_answer_as_recompute_does() {
     let stream = stream(7);
     let expected = run(&mut e, &stream);
     drop(e);
+    assert_eq!(settled_timely_threads(), 0);
 
     for workers in [1, 2] {
         let mut e = Engine::builder().workers(workers).build().expect("engine");
@@ -123,9 +137,9 @@ fn ten_views_share_the_engines_workers_and_answer_as_recompute_does() {
         assert_eq!(got, expected, "{workers} workers");
         drop(e);
         assert_eq!(
-            timely_threads(),
+            settled_timely_threads(),
             0,
-            "the worker threads stop with the engine"
+            "the worker threads stop with the engine ({workers} workers)"
         );
     }
 }
