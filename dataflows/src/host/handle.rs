@@ -128,6 +128,9 @@ pub struct WindowedAggregate {
     owed_panes: BTreeMap<(Window, Key), Vec<AggState>>,
     /// The error that made the dataflow unusable.
     poisoned: Option<Error>,
+    /// Whether steps report the open states that changed (see
+    /// [`report_changes`](Self::report_changes)).
+    report_changes: bool,
 }
 
 impl std::fmt::Debug for WindowedAggregate {
@@ -179,6 +182,7 @@ impl WindowedAggregate {
             owed: BTreeMap::new(),
             owed_panes: BTreeMap::new(),
             poisoned: None,
+            report_changes: true,
             config,
         };
         let (kinds, panes) = (df.config.aggs.clone(), df.config.panes);
@@ -236,6 +240,14 @@ impl WindowedAggregate {
         df.owed.clear();
         df.owed_panes.clear();
         Ok(df)
+    }
+
+    /// Whether [`advance_to`](Self::advance_to) reports the open states that changed
+    /// ([`Step::changed`], [`Step::changed_panes`]; on by default). A caller that only
+    /// reads closed windows turns it off: the workers then neither track nor send them.
+    /// Changes made while it was off are not reported once it is back on.
+    pub fn report_changes(&mut self, on: bool) {
+        self.report_changes = on;
     }
 
     /// The configuration this dataflow runs.
@@ -385,9 +397,9 @@ impl WindowedAggregate {
     /// and changed updates (unsorted) and records frontier and state sizes.
     #[allow(clippy::type_complexity)]
     fn step(&mut self, target: Option<Time>) -> Result<(Vec<Update>, Vec<Update>, Vec<Update>)> {
-        let id = self.id;
+        let (id, changes) = (self.id, self.report_changes);
         let replies = self.round(|_| match target {
-            Some(t) => Command::Advance(id, t),
+            Some(t) => Command::Advance(id, t, changes),
             None => Command::Finish(id),
         })?;
         let mut closed = Vec::new();
@@ -686,6 +698,50 @@ mod tests {
     }
 
     #[test]
+    fn without_reported_changes_the_same_windows_close() {
+        let kinds = vec![AggKind::Count, AggKind::MaxInt];
+        let run = |report: bool, panes: bool| {
+            let mut config = Config::new(kinds.clone()).with_workers(2);
+            if panes {
+                config = config.with_panes(Panes::new(20, 10, 0).expect("panes"));
+            }
+            let mut df = WindowedAggregate::spawn(config).expect("spawn");
+            df.report_changes(report);
+            let (mut closed, mut changed) = (Vec::new(), 0);
+            for step in 0..30i64 {
+                let updates = (0..8u64)
+                    .map(|key| {
+                        let t = step * 4 + key as i64;
+                        let s = if panes { t / 10 * 10 } else { t / 20 * 20 };
+                        let width = if panes { 10 } else { 20 };
+                        Update {
+                            window: Window::new(s, s + width),
+                            key,
+                            aggs: kinds
+                                .iter()
+                                .map(|&k| AggState::from_value(k, Value::Int(i128::from(step))))
+                                .collect(),
+                        }
+                    })
+                    .collect();
+                df.insert(updates).expect("insert");
+                let s = df.advance_to(step * 4).expect("advance");
+                changed += s.changed.len() + s.changed_panes.len();
+                closed.extend(s.closed);
+            }
+            closed.extend(df.advance_to(EventTime::MAX).expect("finish").closed);
+            (closed, changed)
+        };
+        for panes in [false, true] {
+            let (on, changed_on) = run(true, panes);
+            let (off, changed_off) = run(false, panes);
+            assert!(on.len() > 20 && changed_on > 0, "panes {panes}");
+            assert_eq!(changed_off, 0, "panes {panes}");
+            assert_eq!(off, on, "panes {panes}");
+        }
+    }
+
+    #[test]
     fn a_dead_worker_is_an_error_not_a_hang() {
         let config = Config::new(vec![AggKind::Count]).with_workers(2);
         let mut df = WindowedAggregate::spawn(config).expect("spawn");
@@ -698,7 +754,9 @@ mod tests {
         df.advance_to(1).expect("advance");
         df.insert((0..16).map(update).collect()).expect("insert");
         let id = df.id;
-        let e = df.round_with(vec![(1, Command::Panic)], |_| Command::Advance(id, 2));
+        let e = df.round_with(vec![(1, Command::Panic)], |_| {
+            Command::Advance(id, start_of(2), true)
+        });
         assert!(
             matches!(e, Err(Error::WorkerPanicked { worker: 1 })),
             "{e:?}"

@@ -40,8 +40,9 @@ pub(crate) enum Command {
     /// Add contributions to a dataflow at its current input time (no reply).
     Insert(DataflowId, Vec<Update>),
     /// Advance a dataflow's input to the time, run until its output frontier passes it,
-    /// compact, and reply [`Reply::Stepped`].
-    Advance(DataflowId, Time),
+    /// compact, and reply [`Reply::Stepped`]; with `true`, the reply reports the open
+    /// states that changed (else nothing tracks them).
+    Advance(DataflowId, Time, bool),
     /// Close a dataflow's input (end of stream), run until it is done, reply
     /// [`Reply::Stepped`].
     Finish(DataflowId),
@@ -275,9 +276,10 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                 }
                 continue;
             }
-            Command::Advance(id, time) => match hosted.get_mut(&id) {
+            Command::Advance(id, time, changes) => match hosted.get_mut(&id) {
                 None => Reply::Unknown(id),
                 Some(h) => {
+                    h.rendered.open.borrow_mut().track_changes(changes);
                     if let Some(input) = h.input.as_mut() {
                         input.advance_to(time);
                         input.flush();

@@ -36,6 +36,8 @@ pub(crate) struct OpenWindows {
     /// The units (windows, or panes) closed by the last steps, with their contribution
     /// counts: the worker retracts them from the arrangement (see [`Self::take_evictions`]).
     evictions: Vec<(WindowKey, i64)>,
+    /// Whether `changed` and `changed_panes` are tracked (see [`Self::track_changes`]).
+    track: bool,
     /// The first error met while folding, if any.
     error: Option<Error>,
 }
@@ -62,6 +64,7 @@ impl OpenWindows {
             panes_by_expiry: BTreeMap::new(),
             changed_panes: HashSet::default(),
             evictions: Vec::new(),
+            track: true,
             error: None,
         }
     }
@@ -86,7 +89,7 @@ impl OpenWindows {
         // the pane's own state (what a checkpoint saves), then every open window holding it
         let ends = (expiry(self.panes, unit), unit.start);
         let pane = self.panes_by_expiry.entry(ends).or_default();
-        if fold_states(&self.kinds, pane, key, diff, unit, &mut self.error) {
+        if fold_states(&self.kinds, pane, key, diff, unit, &mut self.error) && self.track {
             self.changed_panes.insert((unit, key));
         }
         for w in panes.windows_of(unit) {
@@ -99,7 +102,7 @@ impl OpenWindows {
     /// Folds `diff` into the state of `(window, key)`.
     fn fold(&mut self, window: Window, key: Key, diff: &Acc) {
         let groups = self.by_end.entry((window.end, window.start)).or_default();
-        if fold_states(&self.kinds, groups, key, diff, window, &mut self.error) {
+        if fold_states(&self.kinds, groups, key, diff, window, &mut self.error) && self.track {
             self.changed.insert((window, key));
         }
     }
@@ -118,6 +121,12 @@ impl OpenWindows {
                 format!("malformed accumulation (n = {})", diff.n)
             },
         });
+    }
+
+    /// Whether the next steps track the open states that change (what
+    /// [`Self::take_step`] reports as changed); off, only closed windows are reported.
+    pub(crate) fn track_changes(&mut self, on: bool) {
+        self.track = on;
     }
 
     /// Takes the units closed since the last call with their contribution counts: each

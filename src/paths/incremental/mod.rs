@@ -102,8 +102,10 @@ impl IncrementalView {
         if plan.windows.size() != plan.windows.slide() {
             config = config.with_panes(plan.windows.panes());
         }
-        let dataflow = WindowedAggregate::spawn_on(&cluster, config.clone())
+        let mut dataflow = WindowedAggregate::spawn_on(&cluster, config.clone())
             .map_err(|e| Error::dataflow(view, e))?;
+        // Append mode without checkpoints reads only closed windows
+        dataflow.report_changes(mode != OutputMode::Append);
         let out = output_schema(&plan.query_schema, Some(&plan.bound), mode);
         Ok(IncrementalView {
             view: view.to_string(),
@@ -215,6 +217,7 @@ impl ViewRuntime for IncrementalView {
 
     fn enable_checkpoints(&mut self) {
         self.checkpointing = true;
+        self.dataflow.report_changes(true);
     }
 
     fn export(&mut self, want_full: bool) -> Result<Export> {

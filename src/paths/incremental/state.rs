@@ -282,6 +282,8 @@ impl IncrementalView {
         self.dataflow =
             WindowedAggregate::restore_on(&self.cluster, self.config.clone(), at, updates)
                 .map_err(|e| Error::dataflow(&self.view, e))?;
+        self.dataflow
+            .report_changes(self.mode != OutputMode::Append || self.checkpointing);
         self.unsaved.clear();
         Ok(())
     }
