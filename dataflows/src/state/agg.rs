@@ -35,6 +35,17 @@ pub enum AggKind {
 }
 
 impl AggKind {
+    /// Every kind, once.
+    pub const ALL: [AggKind; 7] = [
+        AggKind::Count,
+        AggKind::SumInt,
+        AggKind::SumFloat,
+        AggKind::MinInt,
+        AggKind::MaxInt,
+        AggKind::MinFloat,
+        AggKind::MaxFloat,
+    ];
+
     /// True for the kinds whose non-null values are `Value::Float`.
     pub fn is_float(self) -> bool {
         matches!(
@@ -408,15 +419,7 @@ mod tests {
 
     #[test]
     fn fold_is_combine_of_from_value() {
-        let kinds = [
-            AggKind::Count,
-            AggKind::SumInt,
-            AggKind::SumFloat,
-            AggKind::MinInt,
-            AggKind::MaxInt,
-            AggKind::MinFloat,
-            AggKind::MaxFloat,
-        ];
+        let kinds = AggKind::ALL;
         let values = [
             Value::Null,
             Value::Int(0),

@@ -5,15 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use thund_dataflows::{AggKind, AggState, EventTime, Key, Update, Value, Window};
 
 /// Every aggregate kind once.
-pub const ALL_KINDS: [AggKind; 7] = [
-    AggKind::Count,
-    AggKind::SumInt,
-    AggKind::SumFloat,
-    AggKind::MinInt,
-    AggKind::MaxInt,
-    AggKind::MinFloat,
-    AggKind::MaxFloat,
-];
+pub const ALL_KINDS: [AggKind; 7] = AggKind::ALL;
 
 /// The state of one input row: `x` for every aggregate, as an integer or as the dyadic
 /// float `x / 4` (exact, so float sums do not depend on the order of additions); `None` is
