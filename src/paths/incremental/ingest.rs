@@ -68,6 +68,8 @@ struct Groups {
 struct Batch<'a> {
     pass: &'a [bool],
     key_rows: Option<&'a Rows>,
+    /// Each row's key shard (empty with one shard: every row is shard 0's).
+    row_shards: &'a [u32],
     times: &'a [i64],
     args: &'a [Arg],
     kinds: &'a [AggKind],
@@ -100,15 +102,14 @@ fn fold_shard(
             slots.push(SKIP);
             continue;
         }
-        let key = b.key_rows.map(|r| {
-            let bytes = r.row(i).data();
-            let p = packed(bytes);
-            (bytes, p, shard_of(p, bytes, b.shards))
-        });
-        if key.is_some_and(|(_, _, s)| s != shard) {
+        if b.row_shards.get(i).is_some_and(|&s| s as usize != shard) {
             slots.push(SKIP);
             continue;
         }
+        let key = b.key_rows.map(|r| {
+            let bytes = r.row(i).data();
+            (bytes, packed(bytes))
+        });
         let t = b.times[i];
         let (unit, expires) = match b.panes {
             Some(p) => {
@@ -134,11 +135,11 @@ fn fold_shard(
         // a short key finds its group by its packed bytes: the dictionary is
         // asked once per group and trigger, not once per row
         let slot = match key {
-            Some((bytes, Some(p), _)) => *g
+            Some((bytes, Some(p))) => *g
                 .short_index
                 .entry((unit, p))
                 .or_insert_with(|| new_group(id(dict.intern(bytes, expires)))),
-            Some((bytes, None, _)) => {
+            Some((bytes, None)) => {
                 let key = id(dict.intern(bytes, expires));
                 *g.index.entry((unit, key)).or_insert_with(|| new_group(key))
             }
@@ -282,9 +283,20 @@ impl IncrementalView {
                     .map_err(|e| Error::eval(&view, e))?;
                 args.push(self.arg(a, arr)?);
             }
+            // each row's shard, once (a global aggregate's rows are all shard 0's)
+            let row_shards: Vec<u32> = match &key_rows {
+                Some(r) if shards > 1 => (0..n)
+                    .map(|i| {
+                        let bytes = r.row(i).data();
+                        shard_of(packed(bytes), bytes, shards) as u32
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
             let b = Batch {
                 pass: &pass,
                 key_rows: key_rows.as_ref(),
+                row_shards: &row_shards,
                 times: o.times.values(),
                 args: &args,
                 kinds: &kinds,
