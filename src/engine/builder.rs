@@ -46,8 +46,11 @@ impl EngineBuilder {
         self
     }
 
-    /// Number of timely worker threads per incremental view (default 1);
-    /// data is exchanged between them by key, and results do not depend on it.
+    /// Number of timely worker threads of the engine (default 1): one timely
+    /// instance, started with the first incremental view, hosts every
+    /// incremental view's dataflow. Data is exchanged between the workers by
+    /// key, and results do not depend on their number. With `n >= 2`, large
+    /// batches are also pre-aggregated on `n` threads, one per key shard.
     ///
     /// ```
     /// let engine = thund::Engine::builder().workers(2).build()?;
