@@ -151,16 +151,22 @@ impl View {
                 if batch.num_rows() > 0 {
                     self.tracker.observe(si, max, now);
                 }
-                let mask = BooleanArray::from(keep);
-                let kept = filter_record_batch(&batch, &mask)?;
-                let kept_times = arrow::compute::filter(&times, &mask)?;
-                let kept_times = kept_times
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .cloned()
-                    .ok_or_else(|| {
-                        Error::internal(&self.spec.name, "filtered event times are not Int64")
-                    })?;
+                // the common case refuses nothing: the batch goes on as it is
+                let (kept, kept_times) = if keep.iter().all(|&k| k) {
+                    (batch, times)
+                } else {
+                    let mask = BooleanArray::from(keep);
+                    let kept = filter_record_batch(&batch, &mask)?;
+                    let kept_times = arrow::compute::filter(&times, &mask)?;
+                    let kept_times = kept_times
+                        .as_any()
+                        .downcast_ref::<Int64Array>()
+                        .cloned()
+                        .ok_or_else(|| {
+                            Error::internal(&self.spec.name, "filtered event times are not Int64")
+                        })?;
+                    (kept, kept_times)
+                };
                 if kept.num_rows() > 0 {
                     on_time.push(OnTime {
                         source: si,
