@@ -25,9 +25,6 @@ use crate::plan::CompiledAgg;
 use crate::time::EventTime;
 use crate::window::{TimeWindows, Window};
 
-/// A row that feeds no group's states (filtered out, or its unit closed).
-const SKIP: usize = usize::MAX;
-
 /// One aggregate's argument over a batch, typed for the column-wise fold.
 enum Arg {
     /// `COUNT`: only whether each row's argument is non-null matters.
@@ -68,8 +65,9 @@ struct Groups {
 struct Batch<'a> {
     pass: &'a [bool],
     key_rows: Option<&'a Rows>,
-    /// Each row's key shard (empty with one shard: every row is shard 0's).
-    row_shards: &'a [u32],
+    /// Each shard's rows, in order (empty with one shard or no keys: every
+    /// row is shard 0's).
+    rows_of: &'a [Vec<usize>],
     times: &'a [i64],
     args: &'a [Arg],
     kinds: &'a [AggKind],
@@ -92,18 +90,22 @@ fn fold_shard(
     if b.key_rows.is_none() && shard != 0 {
         return Ok(());
     }
-    // pass 1: each row's slot. A row feeds one unit: its pane (hopping
-    // windows) or its window (tumbling); a key is interned with the end
-    // of the last window it feeds.
-    let mut slots: Vec<usize> = Vec::with_capacity(b.pass.len());
-    for (i, &passes) in b.pass.iter().enumerate() {
+    let all: Vec<usize>;
+    let rows: &[usize] = match b.rows_of.get(shard) {
+        Some(own) => own,
+        None => {
+            all = (0..b.pass.len()).collect();
+            &all
+        }
+    };
+    // pass 1: the slot of each row that feeds a group. A row feeds one unit:
+    // its pane (hopping windows) or its window (tumbling); a key is interned
+    // with the end of the last window it feeds.
+    let mut fed: Vec<(usize, usize)> = Vec::with_capacity(rows.len());
+    for &i in rows {
+        let passes = b.pass[i];
         // a filtered row makes no group; a global aggregate still has its window
         if !passes && b.key_rows.is_some() {
-            slots.push(SKIP);
-            continue;
-        }
-        if b.row_shards.get(i).is_some_and(|&s| s as usize != shard) {
-            slots.push(SKIP);
             continue;
         }
         let key = b.key_rows.map(|r| {
@@ -123,7 +125,6 @@ fn fold_shard(
         };
         // the unit closed before the row came (the late rule refuses such rows)
         if b.w_prev.is_some_and(|wp| expires <= wp) {
-            slots.push(SKIP);
             continue;
         }
         let mut new_group = |key: u64| {
@@ -148,43 +149,46 @@ fn fold_shard(
                 .entry((unit, GLOBAL))
                 .or_insert_with(|| new_group(GLOBAL)),
         };
-        slots.push(if passes { slot } else { SKIP });
+        if passes {
+            fed.push((i, slot));
+        }
     }
     // pass 2: one pass per aggregate over its argument column
     for (j, (arg, &kind)) in b.args.iter().zip(b.kinds).enumerate() {
         let nulls = arg.nulls();
-        let (at, states) = ((m, j), &mut g.states);
+        let (at, states, slots) = ((m, j), &mut g.states, fed.as_slice());
         match arg {
-            Arg::Count(_) => fold_column(kind, &slots, nulls, states, at, |_| Value::Int(1)),
-            Arg::Float(a) => fold_column(kind, &slots, nulls, states, at, |i| {
+            Arg::Count(_) => fold_column(kind, slots, nulls, states, at, |_| Value::Int(1)),
+            Arg::Float(a) => fold_column(kind, slots, nulls, states, at, |i| {
                 Value::Float(canonical(a.value(i)))
             }),
-            Arg::Int(a) => fold_column(kind, &slots, nulls, states, at, |i| {
+            Arg::Int(a) => fold_column(kind, slots, nulls, states, at, |i| {
                 Value::Int(i128::from(a.value(i)))
             }),
-            Arg::UInt(a) => fold_column(kind, &slots, nulls, states, at, |i| {
+            Arg::UInt(a) => fold_column(kind, slots, nulls, states, at, |i| {
                 Value::Int(i128::from(a.value(i)))
             }),
             Arg::Decimal(a) => {
-                fold_column(kind, &slots, nulls, states, at, |i| Value::Int(a.value(i)))
+                fold_column(kind, slots, nulls, states, at, |i| Value::Int(a.value(i)))
             }
         }?;
     }
     Ok(())
 }
 
-/// Folds `value(i)` into the state of aggregate `j` of row `i`'s slot, for
-/// every row with a slot and a non-null argument, in row order.
+/// Folds `value(i)` into the state of aggregate `j` of slot `s`, for every
+/// `(i, s)` of `slots` (the rows that feed a group, in row order) whose
+/// argument is not null.
 fn fold_column(
     kind: AggKind,
-    slots: &[usize],
+    slots: &[(usize, usize)],
     nulls: Option<&NullBuffer>,
     states: &mut [AggState],
     (m, j): (usize, usize),
     value: impl Fn(usize) -> Value,
 ) -> std::result::Result<(), thund_dataflows::Error> {
-    for (i, &s) in slots.iter().enumerate() {
-        if s == SKIP || nulls.is_some_and(|n| n.is_null(i)) {
+    for &(i, s) in slots {
+        if nulls.is_some_and(|n| n.is_null(i)) {
             continue;
         }
         states[s * m + j].fold(kind, value(i))?;
@@ -283,20 +287,19 @@ impl IncrementalView {
                     .map_err(|e| Error::eval(&view, e))?;
                 args.push(self.arg(a, arr)?);
             }
-            // each row's shard, once (a global aggregate's rows are all shard 0's)
-            let row_shards: Vec<u32> = match &key_rows {
-                Some(r) if shards > 1 => (0..n)
-                    .map(|i| {
-                        let bytes = r.row(i).data();
-                        shard_of(packed(bytes), bytes, shards) as u32
-                    })
-                    .collect(),
-                _ => Vec::new(),
-            };
+            // each shard's rows, found once (a global aggregate's rows are all shard 0's)
+            let mut rows_of: Vec<Vec<usize>> = Vec::new();
+            if let (Some(r), true) = (&key_rows, shards > 1) {
+                rows_of = vec![Vec::with_capacity(n / shards + 1); shards];
+                for i in 0..n {
+                    let bytes = r.row(i).data();
+                    rows_of[shard_of(packed(bytes), bytes, shards)].push(i);
+                }
+            }
             let b = Batch {
                 pass: &pass,
                 key_rows: key_rows.as_ref(),
-                row_shards: &row_shards,
+                rows_of: &rows_of,
                 times: o.times.values(),
                 args: &args,
                 kinds: &kinds,
