@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[path = "../tests/common/rng.rs"]
+#[path = "../tests/suite/common/rng.rs"]
 mod rng;
 
 use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};

@@ -19,7 +19,7 @@ use std::time::Instant;
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 
-#[path = "../tests/common/rng.rs"]
+#[path = "../tests/suite/common/rng.rs"]
 mod rng;
 use rng::SplitMix;
 

@@ -24,7 +24,7 @@ use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use thund::{Engine, ExecMode, OutputMode, ViewSpec, WindowSpec};
 
-#[path = "../tests/common/rng.rs"]
+#[path = "../tests/suite/common/rng.rs"]
 mod rng;
 use rng::SplitMix;
 

@@ -4,6 +4,7 @@
 //! This file holds one test on purpose: it counts the process's timely worker threads,
 //! which other tests running beside it in the same binary would start too.
 
+#[path = "suite/common/mod.rs"]
 mod common;
 
 use std::time::Duration;

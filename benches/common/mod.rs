@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use arrow::array::{Float64Array, Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-#[path = "../../tests/common/rng.rs"]
+#[path = "../../tests/suite/common/rng.rs"]
 mod rng;
 pub use rng::SplitMix;
 use thund::{Engine, ExecMode, OutputMode, ViewSpec, WindowSpec};

@@ -4,7 +4,7 @@
 //! are clear errors; a committed epoch is plain Parquet that DataFusion SQL
 //! reads back as exactly the live state.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! order within a trigger changes nothing; Update and Complete agree with
 //! Append at `finish()`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -11,10 +11,8 @@
 
 use std::path::{Path, PathBuf};
 
-#[path = "common/bin.rs"]
-mod bin;
-#[path = "common/rng.rs"]
-mod rng;
+use crate::common::bin;
+use crate::common::rng;
 
 use bin::{csv_rows, parquet_rows, report, run, write};
 use rng::SplitMix;

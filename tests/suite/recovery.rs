@@ -5,7 +5,7 @@
 //! run emits — for incremental and recompute shapes and every output mode,
 //! whether each checkpoint is committed before the next trigger or later.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! ORDER BY/LIMIT — each checked against the batch oracle on seeded random
 //! streams over two sources.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

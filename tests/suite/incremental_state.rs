@@ -5,10 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::rng;
 use arrow::array::{Array, Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-#[path = "common/rng.rs"]
-mod rng;
 use rng::SplitMix;
 use thund::{Engine, ManualClock, PathKind, ViewSpec, WindowSpec};
 

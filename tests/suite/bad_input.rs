@@ -2,7 +2,7 @@
 //! accepted is lost: a run with bad pushes in it emits exactly what the same
 //! run without them emits.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

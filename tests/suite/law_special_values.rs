@@ -12,7 +12,7 @@
 //! does not fit, both must fail with `Error::Overflow`; in between (only a
 //! partial sum seen at some trigger does not fit) both must agree.
 
-mod common;
+use crate::common;
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;

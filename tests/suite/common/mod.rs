@@ -14,6 +14,7 @@ use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 
+pub mod bin;
 pub mod rng;
 #[allow(unused_imports)]
 pub use rng::SplitMix;

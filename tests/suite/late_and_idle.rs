@@ -1,7 +1,7 @@
 //! The late rule and idle sources, on hand-built streams whose expected
 //! results follow from the contract (design §1), not from the engine.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

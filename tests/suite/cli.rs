@@ -191,8 +191,7 @@ fn demo_runs_and_shows_windows_closing() {
     assert!(text.contains("done in"), "{text}");
 }
 
-#[path = "common/bin.rs"]
-mod bin;
+use crate::common::bin;
 
 /// `n` in-order bids with integer millisecond times, as CSV text.
 fn int_bids(n: usize) -> String {

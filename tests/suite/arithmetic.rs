@@ -5,7 +5,7 @@
 //! rows on both paths. The expected values here come from rules written in
 //! the test, not from either path.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Routing: which path each query shape takes, with the reason for every
 //! fallback — and every one, whichever path, equal to the batch oracle.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -9,8 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "common/rng.rs"]
-mod rng;
+use crate::common::rng;
 use rng::SplitMix;
 
 fn write_input(dir: &Path, rows: usize) -> std::path::PathBuf {

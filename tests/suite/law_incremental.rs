@@ -4,7 +4,7 @@
 //! for row at every trigger) and what the independent batch oracle computes; the dataflow frontier equals
 //! the watermark after every trigger.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! runs of accepted rows whose spans `[t, t+gap)` overlap; a row is late iff
 //! its span ends at or before W_prev or overlaps a session already closed.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
