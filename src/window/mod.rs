@@ -151,6 +151,17 @@ impl TimeWindows {
         }
     }
 
+    /// [`Self::last_window`] of `t`, and the times `[lo, hi)` around `t` that
+    /// share it (rows in time order ask for a window once per run).
+    pub(crate) fn last_window_run(&self, t: EventTime) -> (Window, EventTime, EventTime) {
+        let start = align(t, self.slide, self.offset);
+        let window = Window {
+            start: clamp(start),
+            end: clamp(start + i128::from(self.size)),
+        };
+        (window, clamp(start), clamp(start + i128::from(self.slide)))
+    }
+
     /// Every window that holds `t` (or the pane starting at `t`), earliest first.
     pub fn windows_of(&self, t: EventTime) -> impl Iterator<Item = Window> + '_ {
         let last = align(t, self.slide, self.offset);

@@ -57,8 +57,24 @@ const PARALLEL_ROWS: usize = 4096;
 struct Groups {
     groups: Vec<(Window, u64)>,
     states: Vec<AggState>,
-    index: FxHashMap<(Window, u64), usize>,
-    short_index: FxHashMap<(Window, u128), usize>,
+    /// The units (windows or panes) met so far, by index: the lookups below
+    /// hash a unit's index, not the unit.
+    units: FxHashMap<Window, u32>,
+    index: FxHashMap<(u32, u64), usize>,
+    short_index: FxHashMap<(u32, u128), usize>,
+}
+
+/// The unit of the last row looked at, and the times `[lo, hi)` that share it.
+struct Run {
+    lo: EventTime,
+    hi: EventTime,
+    unit: Window,
+    /// Its index in [`Groups::units`].
+    index: u32,
+    /// When its last window closes.
+    expires: EventTime,
+    /// Whether that was at or before the previous watermark (its rows make no group).
+    closed: bool,
 }
 
 /// What every shard reads of one batch.
@@ -75,6 +91,32 @@ struct Batch<'a> {
     windows: &'a TimeWindows,
     w_prev: Option<EventTime>,
     shards: usize,
+}
+
+impl Batch<'_> {
+    /// The unit (pane, or last window) of time `t`, the times that share it,
+    /// and its index in `units` (added if new).
+    fn run_of(&self, t: EventTime, units: &mut FxHashMap<Window, u32>) -> Run {
+        let (unit, lo, hi, expires) = match self.panes {
+            Some(p) => {
+                let pane = p.pane_of(t);
+                (pane, pane.start, pane.end, p.expiry(pane))
+            }
+            None => {
+                let (w, lo, hi) = self.windows.last_window_run(t);
+                (w, lo, hi, w.end)
+            }
+        };
+        let next = units.len() as u32;
+        Run {
+            lo,
+            hi,
+            unit,
+            index: *units.entry(unit).or_insert(next),
+            expires,
+            closed: self.w_prev.is_some_and(|wp| expires <= wp),
+        }
+    }
 }
 
 /// Folds the rows of `b` whose key shard `shard` owns into `g`, interning
@@ -102,31 +144,27 @@ fn fold_shard(
     // its pane (hopping windows) or its window (tumbling); a key is interned
     // with the end of the last window it feeds.
     let mut fed: Vec<(usize, usize)> = Vec::with_capacity(rows.len());
+    let mut run: Option<Run> = None;
     for &i in rows {
         let passes = b.pass[i];
         // a filtered row makes no group; a global aggregate still has its window
         if !passes && b.key_rows.is_some() {
             continue;
         }
+        let t = b.times[i];
+        let run = match &mut run {
+            Some(r) if r.lo <= t && t < r.hi => r,
+            slot => slot.insert(b.run_of(t, &mut g.units)),
+        };
+        // the unit closed before the row came (the late rule refuses such rows)
+        if run.closed {
+            continue;
+        }
+        let (unit, u, expires) = (run.unit, run.index, run.expires);
         let key = b.key_rows.map(|r| {
             let bytes = r.row(i).data();
             (bytes, packed(bytes))
         });
-        let t = b.times[i];
-        let (unit, expires) = match b.panes {
-            Some(p) => {
-                let pane = p.pane_of(t);
-                (pane, p.expiry(pane))
-            }
-            None => {
-                let w = b.windows.last_window(t);
-                (w, w.end)
-            }
-        };
-        // the unit closed before the row came (the late rule refuses such rows)
-        if b.w_prev.is_some_and(|wp| expires <= wp) {
-            continue;
-        }
         let mut new_group = |key: u64| {
             g.groups.push((unit, key));
             g.states.resize(g.states.len() + m, AggState::EMPTY);
@@ -138,15 +176,15 @@ fn fold_shard(
         let slot = match key {
             Some((bytes, Some(p))) => *g
                 .short_index
-                .entry((unit, p))
+                .entry((u, p))
                 .or_insert_with(|| new_group(id(dict.intern(bytes, expires)))),
             Some((bytes, None)) => {
                 let key = id(dict.intern(bytes, expires));
-                *g.index.entry((unit, key)).or_insert_with(|| new_group(key))
+                *g.index.entry((u, key)).or_insert_with(|| new_group(key))
             }
             None => *g
                 .index
-                .entry((unit, GLOBAL))
+                .entry((u, GLOBAL))
                 .or_insert_with(|| new_group(GLOBAL)),
         };
         if passes {
@@ -155,30 +193,142 @@ fn fold_shard(
     }
     // pass 2: one pass per aggregate over its argument column
     for (j, (arg, &kind)) in b.args.iter().zip(b.kinds).enumerate() {
-        let nulls = arg.nulls();
-        let (at, states, slots) = ((m, j), &mut g.states, fed.as_slice());
-        match arg {
-            Arg::Count(_) => fold_column(kind, slots, nulls, states, at, |_| Value::Int(1)),
-            Arg::Float(a) => fold_column(kind, slots, nulls, states, at, |i| {
-                Value::Float(canonical(a.value(i)))
-            }),
-            Arg::Int(a) => fold_column(kind, slots, nulls, states, at, |i| {
-                Value::Int(i128::from(a.value(i)))
-            }),
-            Arg::UInt(a) => fold_column(kind, slots, nulls, states, at, |i| {
-                Value::Int(i128::from(a.value(i)))
-            }),
-            Arg::Decimal(a) => {
-                fold_column(kind, slots, nulls, states, at, |i| Value::Int(a.value(i)))
-            }
-        }?;
+        fold_arg(kind, arg, &fed, &mut g.states, (m, j))?;
     }
     Ok(())
 }
 
+/// Folds aggregate `j`'s argument column into the states of the slots it
+/// feeds (`(row, slot)` pairs, in row order), with the kind chosen once per
+/// column rather than per row. A value that does not suit the kind (which
+/// the plan rules out) goes through [`AggState::fold`], which names it.
+fn fold_arg(
+    kind: AggKind,
+    arg: &Arg,
+    fed: &[(usize, usize)],
+    states: &mut [AggState],
+    at: (usize, usize),
+) -> std::result::Result<(), thund_dataflows::Error> {
+    let nulls = arg.nulls();
+    match (kind, arg) {
+        (AggKind::Count, _) => {
+            let (m, j) = at;
+            for_each_fed(fed, nulls, |_, s| {
+                let st = &mut states[s * m + j];
+                st.count = st.count.checked_add(1).ok_or_else(|| overflow(kind))?;
+                st.value = Value::Int(i128::from(st.count));
+                Ok(())
+            })
+        }
+        (AggKind::SumFloat, Arg::Float(a)) => fold_floats(kind, a, fed, states, at, |x, y| x + y),
+        (AggKind::MinFloat, Arg::Float(a)) => fold_floats(kind, a, fed, states, at, |x, y| {
+            if y.total_cmp(&x).is_lt() {
+                y
+            } else {
+                x
+            }
+        }),
+        (AggKind::MaxFloat, Arg::Float(a)) => fold_floats(kind, a, fed, states, at, |x, y| {
+            if y.total_cmp(&x).is_gt() {
+                y
+            } else {
+                x
+            }
+        }),
+        (_, Arg::Int(a)) => fold_ints(kind, fed, nulls, states, at, |i| i128::from(a.value(i))),
+        (_, Arg::UInt(a)) => fold_ints(kind, fed, nulls, states, at, |i| i128::from(a.value(i))),
+        (_, Arg::Decimal(a)) => fold_ints(kind, fed, nulls, states, at, |i| a.value(i)),
+        (_, Arg::Float(a)) => fold_column(kind, fed, nulls, states, at, |i| {
+            Value::Float(canonical(a.value(i)))
+        }),
+        (_, Arg::Count(_)) => fold_column(kind, fed, nulls, states, at, |_| Value::Int(1)),
+    }
+}
+
+fn overflow(kind: AggKind) -> thund_dataflows::Error {
+    thund_dataflows::Error::Overflow {
+        kind,
+        window: None,
+        detail: String::new(),
+    }
+}
+
+/// Calls `f(row, slot)` for every pair of `fed` whose row is not null.
+#[inline]
+fn for_each_fed(
+    fed: &[(usize, usize)],
+    nulls: Option<&NullBuffer>,
+    mut f: impl FnMut(usize, usize) -> std::result::Result<(), thund_dataflows::Error>,
+) -> std::result::Result<(), thund_dataflows::Error> {
+    match nulls {
+        None => fed.iter().try_for_each(|&(i, s)| f(i, s)),
+        Some(n) => fed
+            .iter()
+            .filter(|&&(i, _)| n.is_valid(i))
+            .try_for_each(|&(i, s)| f(i, s)),
+    }
+}
+
+/// A float aggregate's fold: `pick(state, value)` is the kind's operation.
+fn fold_floats(
+    kind: AggKind,
+    a: &Float64Array,
+    fed: &[(usize, usize)],
+    states: &mut [AggState],
+    (m, j): (usize, usize),
+    pick: impl Fn(f64, f64) -> f64,
+) -> std::result::Result<(), thund_dataflows::Error> {
+    let values = a.values();
+    for_each_fed(fed, a.nulls(), |i, s| {
+        let st = &mut states[s * m + j];
+        let x = canonical(values[i]);
+        let value = match st.value {
+            Value::Float(y) => Value::Float(pick(y, x)),
+            Value::Null => Value::Float(x),
+            Value::Int(_) => return st.fold(kind, Value::Float(x)),
+        };
+        st.count = st.count.checked_add(1).ok_or_else(|| overflow(kind))?;
+        st.value = value;
+        Ok(())
+    })
+}
+
+/// An integer aggregate's fold (sums checked in `i128`).
+fn fold_ints(
+    kind: AggKind,
+    fed: &[(usize, usize)],
+    nulls: Option<&NullBuffer>,
+    states: &mut [AggState],
+    (m, j): (usize, usize),
+    value: impl Fn(usize) -> i128,
+) -> std::result::Result<(), thund_dataflows::Error> {
+    let pick = |y: i128, x: i128| -> Option<i128> {
+        match kind {
+            AggKind::SumInt => y.checked_add(x),
+            AggKind::MinInt => Some(y.min(x)),
+            _ => Some(y.max(x)),
+        }
+    };
+    if !matches!(kind, AggKind::SumInt | AggKind::MinInt | AggKind::MaxInt) {
+        return fold_column(kind, fed, nulls, states, (m, j), |i| Value::Int(value(i)));
+    }
+    for_each_fed(fed, nulls, |i, s| {
+        let st = &mut states[s * m + j];
+        let x = value(i);
+        let folded = match st.value {
+            Value::Int(y) => Value::Int(pick(y, x).ok_or_else(|| overflow(kind))?),
+            Value::Null => Value::Int(x),
+            Value::Float(_) => return st.fold(kind, Value::Int(x)),
+        };
+        st.count = st.count.checked_add(1).ok_or_else(|| overflow(kind))?;
+        st.value = folded;
+        Ok(())
+    })
+}
+
 /// Folds `value(i)` into the state of aggregate `j` of slot `s`, for every
 /// `(i, s)` of `slots` (the rows that feed a group, in row order) whose
-/// argument is not null.
+/// argument is not null: the general fold, one value at a time.
 fn fold_column(
     kind: AggKind,
     slots: &[(usize, usize)],
@@ -187,13 +337,7 @@ fn fold_column(
     (m, j): (usize, usize),
     value: impl Fn(usize) -> Value,
 ) -> std::result::Result<(), thund_dataflows::Error> {
-    for &(i, s) in slots {
-        if nulls.is_some_and(|n| n.is_null(i)) {
-            continue;
-        }
-        states[s * m + j].fold(kind, value(i))?;
-    }
-    Ok(())
+    for_each_fed(slots, nulls, |i, s| states[s * m + j].fold(kind, value(i)))
 }
 
 impl IncrementalView {
