@@ -30,19 +30,6 @@ impl Refusal {
     }
 }
 
-/// The latest window of `t` if it had closed at `w_prev` (then the row is late).
-pub(crate) fn time_window_late(
-    w: &TimeWindows,
-    t: EventTime,
-    w_prev: Option<EventTime>,
-) -> Option<Window> {
-    let last = w.last_window(t);
-    match w_prev {
-        Some(wp) if last.end <= wp => Some(last),
-        _ => None,
-    }
-}
-
 /// The late rule row by row: NULL event times, times whose windows cannot
 /// be represented, and rows whose last window closed at `w_prev` are refused.
 pub(crate) fn classify_time(
@@ -50,12 +37,29 @@ pub(crate) fn classify_time(
     times: &Int64Array,
     w_prev: Option<EventTime>,
 ) -> Vec<Option<Refusal>> {
+    // rows come mostly in time order: a window is looked up once per run of
+    // times that share it
+    let mut run: Option<(EventTime, EventTime, Window)> = None;
+    let mut last_of = |t: EventTime| match run {
+        Some((lo, hi, w)) if lo <= t && t < hi => w,
+        _ => {
+            let (w, lo, hi) = windows.last_window_run(t);
+            run = Some((lo, hi, w));
+            w
+        }
+    };
     times
         .iter()
         .map(|t| match t {
             None => Some(Refusal::NullTime),
             Some(t) if !windows.holds(t) => Some(Refusal::Unrepresentable),
-            Some(t) => time_window_late(windows, t, w_prev).map(|w| Refusal::Late(Some(w))),
+            Some(t) => {
+                let last = last_of(t);
+                match w_prev {
+                    Some(wp) if last.end <= wp => Some(Refusal::Late(Some(last))),
+                    _ => None,
+                }
+            }
         })
         .collect()
 }

@@ -255,6 +255,24 @@ mod tests {
     }
 
     #[test]
+    fn a_run_is_the_times_that_share_a_last_window() {
+        for (size, slide, offset) in [(10, 10, 0), (10, 10, 3), (10, 4, 1), (7, 3, 0)] {
+            let w = TimeWindows::new(size, slide, offset).expect("valid");
+            for t in [i64::MIN + 40, -11, -1, 0, 5, 9, 10, 1 << 40, i64::MAX - 40] {
+                let (last, lo, hi) = w.last_window_run(t);
+                assert_eq!(last, w.last_window(t), "t = {t}");
+                assert!(lo <= t && t < hi, "t = {t} outside its run [{lo}, {hi})");
+                assert_eq!(hi - lo, slide);
+                for u in [lo, hi - 1] {
+                    assert_eq!(w.last_window(u), last, "t = {t}, u = {u}");
+                }
+                assert_ne!(w.last_window(lo - 1), last);
+                assert_ne!(w.last_window(hi), last);
+            }
+        }
+    }
+
+    #[test]
     fn times_near_the_limits_hold_only_when_all_their_windows_fit() {
         let w = TimeWindows::new(10, 4, 0).expect("valid");
         for t in [
