@@ -1,0 +1,43 @@
+//! The throughput bench's engine loop alone, once, for a profiler: push a
+//! batch, trigger, repeat. Under `valgrind --tool=callgrind` it counts
+//! instructions, which (unlike time on a shared machine) repeat exactly, so
+//! two builds compare to the instruction:
+//!
+//! ```text
+//! cargo bench --bench trigger_loop --no-run
+//! THUND_LOOP_BATCHES=30 valgrind --tool=callgrind target/release/deps/trigger_loop-<hash>
+//! ```
+//!
+//! `THUND_LOOP_BATCHES` (default 100) batches of 10 000 rows, `THUND_LOOP_WORKERS`
+//! (default 1) workers; prints the number of output rows.
+
+#![allow(missing_docs)]
+
+mod common;
+
+use thund::{ExecMode, OutputMode};
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let batches: Vec<_> = (0..env("THUND_LOOP_BATCHES", 100))
+        .map(common::batch)
+        .collect();
+    let mut e = common::engine_with(
+        ExecMode::Auto,
+        OutputMode::Append,
+        env("THUND_LOOP_WORKERS", 1),
+    );
+    let mut rows = 0;
+    for b in &batches {
+        e.push("t", b.clone()).expect("push");
+        rows += e.trigger().expect("trigger").views[0].output_rows();
+    }
+    rows += e.finish().expect("finish").views[0].output_rows();
+    println!("{rows}");
+}
