@@ -51,17 +51,70 @@ impl Arg {
 /// threads would cost more than they save).
 const PARALLEL_ROWS: usize = 4096;
 
-/// One shard's groups of this trigger: `(unit, key id)`, their states (`m`
-/// per group, flat), and the lookups that find them.
+/// One shard's groups of this trigger: `(unit, key id)`, their states (one
+/// typed column per aggregate), and the lookups that find them.
 #[derive(Default)]
 struct Groups {
     groups: Vec<(Window, u64)>,
-    states: Vec<AggState>,
+    cols: Vec<Col>,
     /// The units (windows or panes) met so far, by index: the lookups below
     /// hash a unit's index, not the unit.
     units: FxHashMap<Window, u32>,
     index: FxHashMap<(u32, u64), usize>,
     short_index: FxHashMap<(u32, u128), usize>,
+}
+
+/// One aggregate's states over a shard's groups, by group slot: `count` non-null
+/// inputs and, once it is positive, the value folded so far.
+enum Col {
+    Count(Vec<i64>),
+    Float { count: Vec<i64>, val: Vec<f64> },
+    Int { count: Vec<i64>, val: Vec<i128> },
+}
+
+impl Col {
+    fn new(kind: AggKind) -> Self {
+        match kind {
+            AggKind::Count => Col::Count(Vec::new()),
+            k if k.is_float() => Col::Float {
+                count: Vec::new(),
+                val: Vec::new(),
+            },
+            _ => Col::Int {
+                count: Vec::new(),
+                val: Vec::new(),
+            },
+        }
+    }
+
+    /// Adds the empty state of a new group.
+    fn push(&mut self) {
+        match self {
+            Col::Count(count) => count.push(0),
+            Col::Float { count, val } => {
+                count.push(0);
+                val.push(0.0);
+            }
+            Col::Int { count, val } => {
+                count.push(0);
+                val.push(0);
+            }
+        }
+    }
+
+    /// The state of group slot `s`.
+    fn state(&self, s: usize) -> AggState {
+        let (count, value) = match self {
+            Col::Count(count) => (count[s], Value::Int(i128::from(count[s]))),
+            Col::Float { count, val } => (count[s], Value::Float(val[s])),
+            Col::Int { count, val } => (count[s], Value::Int(val[s])),
+        };
+        if count == 0 {
+            AggState::EMPTY
+        } else {
+            AggState { count, value }
+        }
+    }
 }
 
 /// The unit of the last row looked at, and the times `[lo, hi)` that share it.
@@ -167,7 +220,10 @@ fn fold_shard(
         });
         let mut new_group = |key: u64| {
             g.groups.push((unit, key));
-            g.states.resize(g.states.len() + m, AggState::EMPTY);
+            if g.cols.len() < m {
+                g.cols = b.kinds.iter().map(|&k| Col::new(k)).collect();
+            }
+            g.cols.iter_mut().for_each(Col::push);
             g.groups.len() - 1
         };
         let id = |local| Keys::id(local, shard, b.shards);
@@ -192,57 +248,73 @@ fn fold_shard(
         }
     }
     // pass 2: one pass per aggregate over its argument column
-    for (j, (arg, &kind)) in b.args.iter().zip(b.kinds).enumerate() {
-        fold_arg(kind, arg, &fed, &mut g.states, (m, j))?;
+    for ((arg, &kind), col) in b.args.iter().zip(b.kinds).zip(&mut g.cols) {
+        fold_arg(kind, arg, &fed, col)?;
     }
     Ok(())
 }
 
-/// Folds aggregate `j`'s argument column into the states of the slots it
-/// feeds (`(row, slot)` pairs, in row order), with the kind chosen once per
-/// column rather than per row. A value that does not suit the kind (which
-/// the plan rules out) goes through [`AggState::fold`], which names it.
+/// Folds one aggregate's argument column into its typed states, for the
+/// `(row, slot)` pairs of `fed` (the rows that feed a group, in row order),
+/// with the kind chosen once per column rather than per row.
 fn fold_arg(
     kind: AggKind,
     arg: &Arg,
     fed: &[(usize, usize)],
-    states: &mut [AggState],
-    at: (usize, usize),
+    col: &mut Col,
 ) -> std::result::Result<(), thund_dataflows::Error> {
     let nulls = arg.nulls();
-    match (kind, arg) {
-        (AggKind::Count, _) => {
-            let (m, j) = at;
-            for_each_fed(fed, nulls, |_, s| {
-                let st = &mut states[s * m + j];
-                st.count = st.count.checked_add(1).ok_or_else(|| overflow(kind))?;
-                st.value = Value::Int(i128::from(st.count));
-                Ok(())
-            })
+    match (col, arg) {
+        (Col::Count(count), _) => for_each_fed(fed, nulls, |_, s| bump(kind, &mut count[s])),
+        (Col::Float { count, val }, Arg::Float(a)) => {
+            let v = a.values();
+            let x = |i: usize| canonical(v[i]);
+            match kind {
+                AggKind::SumFloat => {
+                    fold_typed(kind, fed, nulls, count, val, x, |y, x| Some(y + x))
+                }
+                AggKind::MinFloat => fold_typed(kind, fed, nulls, count, val, x, |y, x| {
+                    Some(if x.total_cmp(&y).is_lt() { x } else { y })
+                }),
+                _ => fold_typed(kind, fed, nulls, count, val, x, |y, x| {
+                    Some(if x.total_cmp(&y).is_gt() { x } else { y })
+                }),
+            }
         }
-        (AggKind::SumFloat, Arg::Float(a)) => fold_floats(kind, a, fed, states, at, |x, y| x + y),
-        (AggKind::MinFloat, Arg::Float(a)) => fold_floats(kind, a, fed, states, at, |x, y| {
-            if y.total_cmp(&x).is_lt() {
-                y
-            } else {
-                x
-            }
-        }),
-        (AggKind::MaxFloat, Arg::Float(a)) => fold_floats(kind, a, fed, states, at, |x, y| {
-            if y.total_cmp(&x).is_gt() {
-                y
-            } else {
-                x
-            }
-        }),
-        (_, Arg::Int(a)) => fold_ints(kind, fed, nulls, states, at, |i| i128::from(a.value(i))),
-        (_, Arg::UInt(a)) => fold_ints(kind, fed, nulls, states, at, |i| i128::from(a.value(i))),
-        (_, Arg::Decimal(a)) => fold_ints(kind, fed, nulls, states, at, |i| a.value(i)),
-        (_, Arg::Float(a)) => fold_column(kind, fed, nulls, states, at, |i| {
-            Value::Float(canonical(a.value(i)))
-        }),
-        (_, Arg::Count(_)) => fold_column(kind, fed, nulls, states, at, |_| Value::Int(1)),
+        (Col::Int { count, val }, Arg::Int(a)) => {
+            fold_ints(kind, fed, nulls, count, val, |i| i128::from(a.value(i)))
+        }
+        (Col::Int { count, val }, Arg::UInt(a)) => {
+            fold_ints(kind, fed, nulls, count, val, |i| i128::from(a.value(i)))
+        }
+        (Col::Int { count, val }, Arg::Decimal(a)) => {
+            fold_ints(kind, fed, nulls, count, val, |i| a.value(i))
+        }
+        // the plan types every argument for its kind: a mismatch is named, never folded
+        (_, arg) => match fed
+            .iter()
+            .find(|&&(i, _)| nulls.is_none_or(|n| n.is_valid(i)))
+        {
+            None => Ok(()),
+            Some(&(i, _)) => Err(thund_dataflows::Error::TypeMismatch {
+                kind,
+                value: match arg {
+                    Arg::Float(a) => Value::Float(a.value(i)),
+                    Arg::Int(a) => Value::Int(i128::from(a.value(i))),
+                    Arg::UInt(a) => Value::Int(i128::from(a.value(i))),
+                    Arg::Decimal(a) => Value::Int(a.value(i)),
+                    Arg::Count(_) => Value::Null,
+                },
+            }),
+        },
     }
+}
+
+/// One more input in a count: an overflow is an error, never a wrap.
+#[inline]
+fn bump(kind: AggKind, count: &mut i64) -> std::result::Result<(), thund_dataflows::Error> {
+    *count = count.checked_add(1).ok_or_else(|| overflow(kind))?;
+    Ok(())
 }
 
 fn overflow(kind: AggKind) -> thund_dataflows::Error {
@@ -269,27 +341,26 @@ fn for_each_fed(
     }
 }
 
-/// A float aggregate's fold: `pick(state, value)` is the kind's operation.
-fn fold_floats(
+/// A typed fold: a slot's first input is its value, later ones are combined
+/// by `pick(value, input)` (`None`: an overflow).
+#[inline]
+fn fold_typed<V: Copy>(
     kind: AggKind,
-    a: &Float64Array,
     fed: &[(usize, usize)],
-    states: &mut [AggState],
-    (m, j): (usize, usize),
-    pick: impl Fn(f64, f64) -> f64,
+    nulls: Option<&NullBuffer>,
+    count: &mut [i64],
+    val: &mut [V],
+    input: impl Fn(usize) -> V,
+    pick: impl Fn(V, V) -> Option<V>,
 ) -> std::result::Result<(), thund_dataflows::Error> {
-    let values = a.values();
-    for_each_fed(fed, a.nulls(), |i, s| {
-        let st = &mut states[s * m + j];
-        let x = canonical(values[i]);
-        let value = match st.value {
-            Value::Float(y) => Value::Float(pick(y, x)),
-            Value::Null => Value::Float(x),
-            Value::Int(_) => return st.fold(kind, Value::Float(x)),
+    for_each_fed(fed, nulls, |i, s| {
+        let x = input(i);
+        val[s] = if count[s] == 0 {
+            x
+        } else {
+            pick(val[s], x).ok_or_else(|| overflow(kind))?
         };
-        st.count = st.count.checked_add(1).ok_or_else(|| overflow(kind))?;
-        st.value = value;
-        Ok(())
+        bump(kind, &mut count[s])
     })
 }
 
@@ -298,46 +369,15 @@ fn fold_ints(
     kind: AggKind,
     fed: &[(usize, usize)],
     nulls: Option<&NullBuffer>,
-    states: &mut [AggState],
-    (m, j): (usize, usize),
-    value: impl Fn(usize) -> i128,
+    count: &mut [i64],
+    val: &mut [i128],
+    input: impl Fn(usize) -> i128,
 ) -> std::result::Result<(), thund_dataflows::Error> {
-    let pick = |y: i128, x: i128| -> Option<i128> {
-        match kind {
-            AggKind::SumInt => y.checked_add(x),
-            AggKind::MinInt => Some(y.min(x)),
-            _ => Some(y.max(x)),
-        }
-    };
-    if !matches!(kind, AggKind::SumInt | AggKind::MinInt | AggKind::MaxInt) {
-        return fold_column(kind, fed, nulls, states, (m, j), |i| Value::Int(value(i)));
+    match kind {
+        AggKind::SumInt => fold_typed(kind, fed, nulls, count, val, input, i128::checked_add),
+        AggKind::MinInt => fold_typed(kind, fed, nulls, count, val, input, |y, x| Some(y.min(x))),
+        _ => fold_typed(kind, fed, nulls, count, val, input, |y, x| Some(y.max(x))),
     }
-    for_each_fed(fed, nulls, |i, s| {
-        let st = &mut states[s * m + j];
-        let x = value(i);
-        let folded = match st.value {
-            Value::Int(y) => Value::Int(pick(y, x).ok_or_else(|| overflow(kind))?),
-            Value::Null => Value::Int(x),
-            Value::Float(_) => return st.fold(kind, Value::Int(x)),
-        };
-        st.count = st.count.checked_add(1).ok_or_else(|| overflow(kind))?;
-        st.value = folded;
-        Ok(())
-    })
-}
-
-/// Folds `value(i)` into the state of aggregate `j` of slot `s`, for every
-/// `(i, s)` of `slots` (the rows that feed a group, in row order) whose
-/// argument is not null: the general fold, one value at a time.
-fn fold_column(
-    kind: AggKind,
-    slots: &[(usize, usize)],
-    nulls: Option<&NullBuffer>,
-    states: &mut [AggState],
-    (m, j): (usize, usize),
-    value: impl Fn(usize) -> Value,
-) -> std::result::Result<(), thund_dataflows::Error> {
-    for_each_fed(slots, nulls, |i, s| states[s * m + j].fold(kind, value(i)))
 }
 
 impl IncrementalView {
@@ -490,14 +530,14 @@ impl IncrementalView {
         let updates: Vec<Update> = groups
             .into_iter()
             .flat_map(|g| {
-                let Groups { groups, states, .. } = g;
+                let Groups { groups, cols, .. } = g;
                 groups
                     .into_iter()
                     .enumerate()
                     .map(move |(s, (window, key))| Update {
                         window,
                         key,
-                        aggs: states[s * m..(s + 1) * m].to_vec(),
+                        aggs: cols.iter().map(|c| c.state(s)).collect(),
                     })
             })
             .collect();
