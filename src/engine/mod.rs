@@ -168,7 +168,10 @@ impl Engine {
             Some(_) => Some(self.cluster(&name)?),
             None => None,
         };
-        let runtime = crate::paths::build(&name, &spec, planned, eval, &sources, cluster)?;
+        // a view is checkpointed iff the engine has a state root (see `attach_state`)
+        let checkpointed = self.store.is_some();
+        let runtime =
+            crate::paths::build(&name, &spec, planned, eval, &sources, cluster, checkpointed)?;
         let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
         let tracker = WatermarkTracker::new(
             &names,

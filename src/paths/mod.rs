@@ -121,6 +121,7 @@ pub(crate) fn build(
     eval: sql::SqlEvaluator,
     sources: &[SourceInfo],
     cluster: Option<thund_dataflows::Cluster>,
+    checkpointed: bool,
 ) -> Result<Box<dyn ViewRuntime>> {
     Ok(match (planned.compiled, cluster) {
         (Some(compiled), Some(cluster)) => Box::new(incremental::IncrementalView::new(
@@ -128,6 +129,7 @@ pub(crate) fn build(
             compiled,
             spec.output,
             cluster,
+            checkpointed,
         )?),
         (Some(_), None) => {
             return Err(Error::internal(

@@ -44,11 +44,27 @@ fn view(sql: &str, window: WindowSpec, lateness_ms: u64) -> ViewSpec {
         .expect("spec")
 }
 
+/// With checkpoints the workers keep the arrangement's trace (what a
+/// checkpoint reads), and closed windows are retracted from it.
 #[test]
 fn arrangement_size_is_bounded_by_open_windows_times_keys() {
+    let e = Engine::builder()
+        .with_state_root("memory://bounded-state")
+        .build()
+        .expect("engine");
+    state_is_bounded_by_open_windows_times_keys(e);
+}
+
+/// Without checkpoints nothing reads a trace, so the workers keep none: the
+/// state is their table of open windows, which closes windows as W passes.
+#[test]
+fn open_windows_without_checkpoints_are_bounded_by_open_windows_times_keys() {
+    state_is_bounded_by_open_windows_times_keys(Engine::builder().build().expect("engine"));
+}
+
+fn state_is_bounded_by_open_windows_times_keys(mut e: Engine) {
     const KEYS: u64 = 100;
     const BATCHES: usize = 200; // x 10 000 rows = 2 M rows
-    let mut e = Engine::builder().build().expect("engine");
     e.create_view(view(
         "SELECT k, COUNT(*) AS c, SUM(v) AS s, MAX(v) AS m FROM t GROUP BY k",
         WindowSpec::tumbling(Duration::from_secs(1)),

@@ -22,6 +22,11 @@ pub struct Config {
     /// With panes, inserted and restored updates are panes of this geometry and the
     /// dataflow derives the windows (see [`Panes`]); without, they are windows.
     pub panes: Option<Panes>,
+    /// Whether the workers keep the arrangement's trace (on by default): what
+    /// [`WindowedAggregate::begin_snapshot`] reads. Without it the open-window table is the
+    /// whole state, and the workers skip the trace's merges and the retractions that evict
+    /// closed windows from it (see [`Config::without_trace`]).
+    pub trace: bool,
 }
 
 impl Config {
@@ -31,7 +36,17 @@ impl Config {
             workers: 1,
             aggs,
             panes: None,
+            trace: true,
         }
+    }
+
+    /// Keeps no trace: for a dataflow that is never snapshot (a view without
+    /// checkpoints), which then costs no trace maintenance. A snapshot of it is
+    /// [`Error::InvalidConfig`], and [`WindowedAggregate::state_size`] counts the open
+    /// `(window, key)`s (and panes) the workers hold instead of trace records.
+    pub fn without_trace(mut self) -> Self {
+        self.trace = false;
+        self
     }
 
     /// Takes pane updates of this geometry (see [`Panes`]).
@@ -185,11 +200,12 @@ impl WindowedAggregate {
             report_changes: true,
             config,
         };
-        let (kinds, panes) = (df.config.aggs.clone(), df.config.panes);
+        let (kinds, panes, trace) = (df.config.aggs.clone(), df.config.panes, df.config.trace);
         let replies = df.round(|_| Command::Build {
             id,
             kinds: kinds.clone(),
             panes,
+            trace,
         })?;
         for (worker, reply) in replies.into_iter().enumerate() {
             if !matches!(reply, Reply::Built) {
@@ -460,7 +476,9 @@ impl WindowedAggregate {
         }
     }
 
-    /// Total records in the arrangements' traces over all workers, as of the last step.
+    /// Total records in the arrangements' traces over all workers, as of the last step
+    /// (without a trace, [`Config::without_trace`]: the open `(window, key)`s and
+    /// `(pane, key)`s the workers hold).
     ///
     /// Bounded by the open `(window, key)`s (about two records each, times a logarithmic
     /// factor for batches not yet merged), not by the rows seen: closed windows are evicted.
@@ -512,6 +530,12 @@ impl WindowedAggregate {
     /// [`PendingSnapshot::wait`], on any thread, collects the result.
     pub fn begin_snapshot(&mut self) -> Result<PendingSnapshot> {
         self.check_usable()?;
+        if !self.config.trace {
+            return Err(Error::InvalidConfig {
+                reason: "a snapshot of a dataflow built without a trace (Config::without_trace)"
+                    .to_string(),
+            });
+        }
         let workers = self.config.workers;
         let (to, chunks) = std::sync::mpsc::channel();
         if self.frontier.is_none() {

@@ -36,6 +36,8 @@ pub(crate) enum Command {
         kinds: Vec<AggKind>,
         /// Its pane geometry, if it takes panes.
         panes: Option<Panes>,
+        /// Whether to keep the arrangement's trace (for snapshots).
+        trace: bool,
     },
     /// Add contributions to a dataflow at its current input time (no reply).
     Insert(DataflowId, Vec<Update>),
@@ -252,14 +254,21 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
             }
         };
         let reply = match command {
-            Command::Build { id, kinds, panes } => {
+            Command::Build {
+                id,
+                kinds,
+                panes,
+                trace: keep,
+            } => {
                 let (rendered, input, trace) = render(worker, kinds.clone(), panes);
+                // Without a reader, the trace's last handle goes here: the arrangement
+                // then hands its batches on without merging them into a spine.
                 hosted.insert(
                     id,
                     Hosted {
                         rendered,
                         input: Some(input),
-                        trace: Some(trace),
+                        trace: keep.then_some(trace),
                         kinds,
                         panes,
                     },
@@ -294,7 +303,8 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                     // it enters with the next step, and the arrangement drops the units once
                     // compaction passes `time`. Nothing waits in the batcher for a future end.
                     let evicted = h.rendered.open.borrow_mut().take_evictions();
-                    if let Some(input) = h.input.as_mut() {
+                    // without a trace there is nothing to evict from
+                    if let (Some(input), true) = (h.input.as_mut(), h.trace.is_some()) {
                         for (unit, n) in evicted {
                             input.update(unit, Acc::eviction(n));
                         }
@@ -397,6 +407,9 @@ fn receive<T>(rx: &Receiver<T>) -> Option<T> {
     }
 }
 
+/// The name under which a worker without a trace reports its open-window table's size.
+const OPEN_WINDOWS: &str = "OpenWindows";
+
 fn step_reply(h: &Hosted, frontier: EventTime) -> Reply {
     let mut open = h.rendered.open.borrow_mut();
     let error = open.take_error();
@@ -404,12 +417,12 @@ fn step_reply(h: &Hosted, frontier: EventTime) -> Reply {
     Reply::Stepped {
         out,
         frontier: h.rendered.probe.with_frontier(|f| f.iter().min().copied()),
-        sizes: h
-            .trace
-            .as_ref()
-            .map(|t| (t.name(), t.size()))
-            .into_iter()
-            .collect(),
+        sizes: match (&h.trace, &h.input) {
+            (Some(t), _) => vec![(t.name(), t.size())],
+            // no trace: the open-window table is the state (until the stream ends)
+            (None, Some(_)) => vec![(OPEN_WINDOWS, open.held())],
+            (None, None) => Vec::new(),
+        },
         open_groups: open.len(),
         error,
     }

@@ -216,6 +216,16 @@ impl OpenWindows {
     pub(crate) fn len(&self) -> usize {
         self.by_end.values().map(HashMap::len).sum()
     }
+
+    /// Number of states held: open `(window, key)`s and, with panes, open `(pane, key)`s.
+    pub(crate) fn held(&self) -> usize {
+        self.len()
+            + self
+                .panes_by_expiry
+                .values()
+                .map(HashMap::len)
+                .sum::<usize>()
+    }
 }
 
 /// Folds `diff` into `key`'s states in `groups`; whether they changed. An error is kept

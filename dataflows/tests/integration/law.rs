@@ -104,10 +104,16 @@ fn check_step(
     Ok(())
 }
 
-fn run_case(workers: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
+/// One case; with `trace` off the dataflow keeps no trace
+/// ([`Config::without_trace`]): it must give the same steps, and refuse snapshots.
+fn run_case(workers: usize, trace: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let kinds = ALL_KINDS.to_vec();
-    let mut df = WindowedAggregate::spawn(Config::new(kinds.clone()).with_workers(workers))
-        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let mut config = Config::new(kinds.clone()).with_workers(workers);
+    if !trace {
+        config = config.without_trace();
+    }
+    let mut df =
+        WindowedAggregate::spawn(config).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let mut oracle = Oracle::new(&kinds);
     let mut closed_all = Groups::new();
     let mut reported = HashMap::new();
@@ -151,6 +157,10 @@ fn run_case(workers: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 };
                 check_step(&mut df, w, prev, &oracle, &mut closed_all, &mut reported)?;
             }
+            Op::Snapshot if !trace => {
+                let e = df.snapshot();
+                prop_assert!(matches!(e, Err(Error::InvalidConfig { .. })), "{:?}", e);
+            }
             Op::Snapshot => {
                 let snap = df
                     .snapshot()
@@ -185,8 +195,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: proptest_cases(12), ..ProptestConfig::default() })]
 
     #[test]
-    fn closed_windows_equal_the_oracle(workers in 1usize..=2, ops in prop::collection::vec(op(), 0..40)) {
-        run_case(workers, ops)?;
+    fn closed_windows_equal_the_oracle(workers in 1usize..=2, trace: bool, ops in prop::collection::vec(op(), 0..40)) {
+        run_case(workers, trace, ops)?;
     }
 }
 
@@ -232,5 +242,7 @@ fn a_fixed_case_with_two_workers() {
         Op::Snapshot,
         Op::Advance(11),
     ];
-    run_case(2, ops).expect("law");
+    for trace in [true, false] {
+        run_case(2, trace, ops.clone()).expect("law");
+    }
 }

@@ -87,12 +87,14 @@ pub(crate) struct IncrementalView {
 }
 
 impl IncrementalView {
-    /// Start the dataflow for a compiled plan.
+    /// Start the dataflow for a compiled plan. A view that is never
+    /// `checkpointed` runs it without a trace: nothing would read it.
     pub fn new(
         view: &str,
         plan: CompiledAggregate,
         mode: OutputMode,
         cluster: Cluster,
+        checkpointed: bool,
     ) -> Result<Self> {
         let converter = key_converter(&plan)?;
         let workers = cluster.workers();
@@ -101,6 +103,9 @@ impl IncrementalView {
         // hopping windows: one update per pane, the dataflow derives the windows
         if plan.windows.size() != plan.windows.slide() {
             config = config.with_panes(plan.windows.panes());
+        }
+        if !checkpointed {
+            config = config.without_trace();
         }
         let mut dataflow = WindowedAggregate::spawn_on(&cluster, config.clone())
             .map_err(|e| Error::dataflow(view, e))?;
