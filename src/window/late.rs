@@ -37,29 +37,83 @@ pub(crate) fn classify_time(
     times: &Int64Array,
     w_prev: Option<EventTime>,
 ) -> Vec<Option<Refusal>> {
-    // rows come mostly in time order: a window is looked up once per run of
-    // times that share it
+    // Rows come mostly in time order: a window is looked up once per run of
+    // times that share it. The times that hold form one interval, so a run
+    // whose two ends hold holds throughout.
     let mut run: Option<(EventTime, EventTime, Window)> = None;
-    let mut last_of = |t: EventTime| match run {
-        Some((lo, hi, w)) if lo <= t && t < hi => w,
-        _ => {
-            let (w, lo, hi) = windows.last_window_run(t);
-            run = Some((lo, hi, w));
-            w
-        }
-    };
     times
         .iter()
-        .map(|t| match t {
-            None => Some(Refusal::NullTime),
-            Some(t) if !windows.holds(t) => Some(Refusal::Unrepresentable),
-            Some(t) => {
-                let last = last_of(t);
-                match w_prev {
-                    Some(wp) if last.end <= wp => Some(Refusal::Late(Some(last))),
-                    _ => None,
+        .map(|t| {
+            let t = match t {
+                None => return Some(Refusal::NullTime),
+                Some(t) => t,
+            };
+            let last = match run {
+                Some((lo, hi, w)) if lo <= t && t < hi => w,
+                _ if !windows.holds(t) => return Some(Refusal::Unrepresentable),
+                _ => {
+                    let (w, lo, hi) = windows.last_window_run(t);
+                    run = (windows.holds(lo) && windows.holds(hi - 1)).then_some((lo, hi, w));
+                    w
                 }
+            };
+            match w_prev {
+                Some(wp) if last.end <= wp => Some(Refusal::Late(Some(last))),
+                _ => None,
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rule asked row by row, with no run cached.
+    fn reference(
+        w: &TimeWindows,
+        t: Option<EventTime>,
+        w_prev: Option<EventTime>,
+    ) -> Option<Refusal> {
+        let t = match t {
+            None => return Some(Refusal::NullTime),
+            Some(t) => t,
+        };
+        if !w.holds(t) {
+            return Some(Refusal::Unrepresentable);
+        }
+        let last = w.last_window(t);
+        w_prev
+            .filter(|&wp| last.end <= wp)
+            .map(|_| Refusal::Late(Some(last)))
+    }
+
+    #[test]
+    fn runs_give_what_each_row_alone_gives() {
+        let near = |base: i64| (0..40).map(move |d| Some(base.saturating_add(d)));
+        let times: Vec<Option<EventTime>> = near(i64::MIN)
+            .chain(near(i64::MAX - 39))
+            .chain(near(-20))
+            .chain([
+                None,
+                Some(5),
+                Some(i64::MAX),
+                Some(3),
+                Some(i64::MIN),
+                Some(12),
+                None,
+            ])
+            .chain(near(i64::MAX - 39).rev())
+            .chain(near(i64::MIN).rev())
+            .collect();
+        let arr = Int64Array::from(times.clone());
+        for (size, slide, offset) in [(10, 10, 0), (10, 10, 3), (10, 4, 1), (7, 3, 0)] {
+            let w = TimeWindows::new(size, slide, offset).expect("valid");
+            for w_prev in [None, Some(i64::MIN), Some(0), Some(8), Some(i64::MAX)] {
+                let got = classify_time(&w, &arr, w_prev);
+                let want: Vec<_> = times.iter().map(|&t| reference(&w, t, w_prev)).collect();
+                assert_eq!(got, want, "size {size}, slide {slide}, W_prev {w_prev:?}");
+            }
+        }
+    }
 }
