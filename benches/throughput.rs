@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use arrow::array::{Array, Float64Array, Int64Array, TimestampMillisecondArray};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use thund::{ExecMode, OutputMode};
 
 const BATCHES: usize = 100; // 1 M rows
 
@@ -76,17 +75,7 @@ fn hand_written(batches: &[arrow::array::RecordBatch]) -> usize {
 }
 
 fn engine_run(batches: &[arrow::array::RecordBatch]) -> usize {
-    engine_run_on(batches, 1)
-}
-
-fn engine_run_on(batches: &[arrow::array::RecordBatch], workers: usize) -> usize {
-    let mut e = common::engine_with(ExecMode::Auto, OutputMode::Append, workers);
-    let mut rows = 0;
-    for b in batches {
-        e.push("t", b.clone()).expect("push");
-        rows += e.trigger().expect("trigger").views[0].output_rows();
-    }
-    rows + e.finish().expect("finish").views[0].output_rows()
+    common::engine_run_on(batches, 1)
 }
 
 fn bench(c: &mut Criterion) {
@@ -132,10 +121,10 @@ fn bench(c: &mut Criterion) {
     let (mut one, mut two) = (Duration::MAX, Duration::MAX);
     for _ in 0..5 {
         let t = Instant::now();
-        std::hint::black_box(engine_run_on(&batches, 1));
+        std::hint::black_box(common::engine_run_on(&batches, 1));
         one = one.min(t.elapsed());
         let t = Instant::now();
-        std::hint::black_box(engine_run_on(&batches, 2));
+        std::hint::black_box(common::engine_run_on(&batches, 2));
         two = two.min(t.elapsed());
     }
     println!(

@@ -15,8 +15,6 @@
 
 mod common;
 
-use thund::{ExecMode, OutputMode};
-
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
@@ -28,16 +26,6 @@ fn main() {
     let batches: Vec<_> = (0..env("THUND_LOOP_BATCHES", 100))
         .map(common::batch)
         .collect();
-    let mut e = common::engine_with(
-        ExecMode::Auto,
-        OutputMode::Append,
-        env("THUND_LOOP_WORKERS", 1),
-    );
-    let mut rows = 0;
-    for b in &batches {
-        e.push("t", b.clone()).expect("push");
-        rows += e.trigger().expect("trigger").views[0].output_rows();
-    }
-    rows += e.finish().expect("finish").views[0].output_rows();
+    let rows = common::engine_run_on(&batches, env("THUND_LOOP_WORKERS", 1));
     println!("{rows}");
 }

@@ -69,3 +69,15 @@ pub fn engine_with(mode: ExecMode, output: OutputMode, workers: usize) -> Engine
     .expect("view");
     e
 }
+
+/// The throughput benches' engine loop: push each batch, trigger, then finish
+/// (Append mode, `workers` workers); the number of output rows.
+pub fn engine_run_on(batches: &[RecordBatch], workers: usize) -> usize {
+    let mut e = engine_with(ExecMode::Auto, OutputMode::Append, workers);
+    let mut rows = 0;
+    for b in batches {
+        e.push("t", b.clone()).expect("push");
+        rows += e.trigger().expect("trigger").views[0].output_rows();
+    }
+    rows + e.finish().expect("finish").views[0].output_rows()
+}
