@@ -109,52 +109,58 @@ impl View {
             for batch in batches {
                 rows += batch.num_rows() as u64;
                 let times = to_millis(batch.column(src.event_time).as_ref())?;
-                let verdict = self.runtime.classify(si, &batch, &times, w_prev)?;
-                let mut keep = Vec::with_capacity(verdict.len());
-                for (i, v) in verdict.iter().enumerate() {
-                    keep.push(v.is_none());
-                    if let Some(r) = v {
-                        let window = match r {
-                            Refusal::Late(w) => {
-                                late += 1;
-                                *w
-                            }
-                            Refusal::NullTime | Refusal::Unrepresentable => {
-                                invalid += 1;
-                                None
-                            }
-                        };
-                        let reason = r.reason();
-                        self.rejected.push(Rejected {
-                            source: src.name.clone(),
-                            event_time: times.is_valid(i).then(|| times.value(i)),
-                            window,
-                            watermark: w_prev,
-                            reason: reason.to_string(),
-                            epoch,
-                            location: None,
-                            column: None,
-                            value: None,
-                        });
-                    }
+                let refused = self.runtime.classify(si, &batch, &times, w_prev)?;
+                let mut invalid_here = false;
+                for &(i, r) in &refused {
+                    let window = match r {
+                        Refusal::Late(w) => {
+                            late += 1;
+                            w
+                        }
+                        Refusal::NullTime | Refusal::Unrepresentable => {
+                            invalid += 1;
+                            invalid_here = true;
+                            None
+                        }
+                    };
+                    self.rejected.push(Rejected {
+                        source: src.name.clone(),
+                        event_time: times.is_valid(i).then(|| times.value(i)),
+                        window,
+                        watermark: w_prev,
+                        reason: r.reason().to_string(),
+                        epoch,
+                        location: None,
+                        column: None,
+                        value: None,
+                    });
                 }
                 // an invalid row's event time never moves W (a time past
                 // i64's windows would close every window at once)
-                let max = times
-                    .iter()
-                    .zip(&verdict)
-                    .filter(|(_, v)| {
-                        !matches!(v, Some(Refusal::NullTime | Refusal::Unrepresentable))
-                    })
-                    .filter_map(|(t, _)| t)
-                    .max();
+                let max = if invalid_here {
+                    let mut valid = vec![true; times.len()];
+                    for &(i, r) in &refused {
+                        valid[i] = matches!(r, Refusal::Late(_));
+                    }
+                    times
+                        .iter()
+                        .zip(valid)
+                        .filter_map(|(t, ok)| t.filter(|_| ok))
+                        .max()
+                } else {
+                    arrow::compute::max(&times)
+                };
                 if batch.num_rows() > 0 {
                     self.tracker.observe(si, max, now);
                 }
                 // the common case refuses nothing: the batch goes on as it is
-                let (kept, kept_times) = if keep.iter().all(|&k| k) {
+                let (kept, kept_times) = if refused.is_empty() {
                     (batch, times)
                 } else {
+                    let mut keep = vec![true; times.len()];
+                    for &(i, _) in &refused {
+                        keep[i] = false;
+                    }
                     let mask = BooleanArray::from(keep);
                     let kept = filter_record_batch(&batch, &mask)?;
                     let kept_times = arrow::compute::filter(&times, &mask)?;

@@ -34,7 +34,7 @@ use crate::plan::Planned;
 use crate::spec::{OutputMode, ViewSpec};
 use crate::state::Export;
 use crate::time::EventTime;
-use crate::window::late::Refusal;
+use crate::window::late::Refusals;
 
 /// A source as a view sees it.
 #[derive(Clone, Debug)]
@@ -78,15 +78,15 @@ pub(crate) trait ViewRuntime: Send {
     /// `final` in Update mode (see [`output_schema`]).
     fn output_schema(&self) -> SchemaRef;
 
-    /// Per row of `batch` from source `source` with event times `times`:
-    /// `None` if it is taken in, or why not, against `w_prev`.
+    /// The rows of `batch` from source `source` (event times `times`) that
+    /// are not taken in, against `w_prev`, and why; the others are.
     fn classify(
         &self,
         source: usize,
         batch: &RecordBatch,
         times: &Int64Array,
         w_prev: Option<EventTime>,
-    ) -> Result<Vec<Option<Refusal>>>;
+    ) -> Result<Refusals>;
 
     /// Take in this trigger's on-time rows, close every window that `w`
     /// closes, and emit per the output mode.

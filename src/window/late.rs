@@ -19,6 +19,10 @@ pub(crate) enum Refusal {
     Unrepresentable,
 }
 
+/// The refused rows of a batch, by row index in increasing order, with why
+/// (most batches refuse none: the list is then empty, not one entry per row).
+pub(crate) type Refusals = Vec<(usize, Refusal)>;
+
 impl Refusal {
     /// The reason the rejected-row relation shows.
     pub fn reason(&self) -> &'static str {
@@ -36,21 +40,22 @@ pub(crate) fn classify_time(
     windows: &TimeWindows,
     times: &Int64Array,
     w_prev: Option<EventTime>,
-) -> Vec<Option<Refusal>> {
+) -> Refusals {
     // Rows come mostly in time order: a window is looked up once per run of
     // times that share it. The times that hold form one interval, so a run
     // whose two ends hold holds throughout.
     let mut run: Option<(EventTime, EventTime, Window)> = None;
     times
         .iter()
-        .map(|t| {
+        .enumerate()
+        .filter_map(|(i, t)| {
             let t = match t {
-                None => return Some(Refusal::NullTime),
+                None => return Some((i, Refusal::NullTime)),
                 Some(t) => t,
             };
             let last = match run {
                 Some((lo, hi, w)) if lo <= t && t < hi => w,
-                _ if !windows.holds(t) => return Some(Refusal::Unrepresentable),
+                _ if !windows.holds(t) => return Some((i, Refusal::Unrepresentable)),
                 _ => {
                     let (w, lo, hi) = windows.last_window_run(t);
                     run = (windows.holds(lo) && windows.holds(hi - 1)).then_some((lo, hi, w));
@@ -58,7 +63,7 @@ pub(crate) fn classify_time(
                 }
             };
             match w_prev {
-                Some(wp) if last.end <= wp => Some(Refusal::Late(Some(last))),
+                Some(wp) if last.end <= wp => Some((i, Refusal::Late(Some(last)))),
                 _ => None,
             }
         })
@@ -111,7 +116,11 @@ mod tests {
             let w = TimeWindows::new(size, slide, offset).expect("valid");
             for w_prev in [None, Some(i64::MIN), Some(0), Some(8), Some(i64::MAX)] {
                 let got = classify_time(&w, &arr, w_prev);
-                let want: Vec<_> = times.iter().map(|&t| reference(&w, t, w_prev)).collect();
+                let want: Refusals = times
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, &t)| Some((i, reference(&w, t, w_prev)?)))
+                    .collect();
                 assert_eq!(got, want, "size {size}, slide {slide}, W_prev {w_prev:?}");
             }
         }

@@ -32,7 +32,7 @@ use crate::plan::CompiledAggregate;
 use crate::spec::OutputMode;
 use crate::state::Export;
 use crate::time::EventTime;
-use crate::window::late::{classify_time, Refusal};
+use crate::window::late::{classify_time, Refusals};
 use crate::window::Window;
 
 /// Open `(window, key id)` states, by window and key.
@@ -142,7 +142,7 @@ impl ViewRuntime for IncrementalView {
         _batch: &RecordBatch,
         times: &Int64Array,
         w_prev: Option<EventTime>,
-    ) -> Result<Vec<Option<Refusal>>> {
+    ) -> Result<Refusals> {
         Ok(classify_time(&self.plan.windows, times, w_prev))
     }
 

@@ -30,7 +30,7 @@ use crate::error::Result;
 use crate::spec::{OutputMode, WindowKind, WindowSpec};
 use crate::state::Export;
 use crate::time::{bound_column, bound_type, EventTime};
-use crate::window::late::Refusal;
+use crate::window::late::Refusals;
 use crate::window::{TimeWindows, Window};
 
 /// How a view's rows are buffered, by its window kind.
@@ -169,7 +169,7 @@ impl ViewRuntime for RecomputeView {
         batch: &RecordBatch,
         times: &Int64Array,
         w_prev: Option<EventTime>,
-    ) -> Result<Vec<Option<Refusal>>> {
+    ) -> Result<Refusals> {
         Ok(match &self.layout {
             Layout::All(_) => unwindowed::classify(times, w_prev),
             Layout::Time(t) => crate::window::late::classify_time(t.windows(), times, w_prev),

@@ -12,7 +12,7 @@ use super::{take_rows, Emitter, OnTime, SourceInfo, StepOutput};
 use crate::error::{Error, Result};
 use crate::spec::{ms, OutputMode};
 use crate::time::EventTime;
-use crate::window::late::Refusal;
+use crate::window::late::{Refusal, Refusals};
 use crate::window::Window;
 
 pub(super) struct Session {
@@ -86,14 +86,14 @@ impl Sessions {
         batch: &RecordBatch,
         times: &Int64Array,
         w_prev: Option<EventTime>,
-    ) -> Result<Vec<Option<Refusal>>> {
+    ) -> Result<Refusals> {
         let keys = self.keys(batch)?;
         Ok(times
             .iter()
             .enumerate()
-            .map(|(i, t)| match t {
-                None => Some(Refusal::NullTime),
-                Some(t) if t.checked_add(self.gap).is_none() => Some(Refusal::Unrepresentable),
+            .filter_map(|(i, t)| match t {
+                None => Some((i, Refusal::NullTime)),
+                Some(t) if t.checked_add(self.gap).is_none() => Some((i, Refusal::Unrepresentable)),
                 Some(t) => {
                     let span = Window {
                         start: t,
@@ -104,7 +104,7 @@ impl Sessions {
                         .closed_end
                         .get(keys.row(i).as_ref())
                         .is_some_and(|e| t < *e);
-                    (behind || merges_closed).then_some(Refusal::Late(Some(span)))
+                    (behind || merges_closed).then_some((i, Refusal::Late(Some(span))))
                 }
             })
             .collect())

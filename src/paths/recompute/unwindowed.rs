@@ -7,15 +7,16 @@ use super::{Emitter, OnTime, StepOutput};
 use crate::error::Result;
 use crate::spec::OutputMode;
 use crate::time::EventTime;
-use crate::window::late::Refusal;
+use crate::window::late::{Refusal, Refusals};
 
 /// The late rule without windows: a row is late iff `event_time < W_prev`.
-pub(super) fn classify(times: &Int64Array, w_prev: Option<EventTime>) -> Vec<Option<Refusal>> {
+pub(super) fn classify(times: &Int64Array, w_prev: Option<EventTime>) -> Refusals {
     times
         .iter()
-        .map(|t| match (t, w_prev) {
-            (None, _) => Some(Refusal::NullTime),
-            (Some(t), Some(wp)) if t < wp => Some(Refusal::Late(None)),
+        .enumerate()
+        .filter_map(|(i, t)| match (t, w_prev) {
+            (None, _) => Some((i, Refusal::NullTime)),
+            (Some(t), Some(wp)) if t < wp => Some((i, Refusal::Late(None))),
             _ => None,
         })
         .collect()
