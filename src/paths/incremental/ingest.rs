@@ -59,9 +59,9 @@ struct Groups {
     cols: Vec<Col>,
     /// The units (windows or panes) met so far, by index: the lookups below
     /// hash a unit's index, not the unit.
-    units: FxHashMap<Window, u32>,
-    index: FxHashMap<(u32, u64), usize>,
-    short_index: FxHashMap<(u32, u128), usize>,
+    units: FxHashMap<Window, usize>,
+    index: FxHashMap<(usize, u64), usize>,
+    short_index: FxHashMap<(usize, u128), usize>,
 }
 
 /// One aggregate's states over a shard's groups, by group slot: `count` non-null
@@ -123,7 +123,7 @@ struct Run {
     hi: EventTime,
     unit: Window,
     /// Its index in [`Groups::units`].
-    index: u32,
+    index: usize,
     /// When its last window closes.
     expires: EventTime,
     /// Whether that was at or before the previous watermark (its rows make no group).
@@ -149,7 +149,7 @@ struct Batch<'a> {
 impl Batch<'_> {
     /// The unit (pane, or last window) of time `t`, the times that share it,
     /// and its index in `units` (added if new).
-    fn run_of(&self, t: EventTime, units: &mut FxHashMap<Window, u32>) -> Run {
+    fn run_of(&self, t: EventTime, units: &mut FxHashMap<Window, usize>) -> Run {
         let (unit, lo, hi, expires) = match self.panes {
             Some(p) => {
                 let pane = p.pane_of(t);
@@ -160,7 +160,7 @@ impl Batch<'_> {
                 (w, lo, hi, w.end)
             }
         };
-        let next = units.len() as u32;
+        let next = units.len();
         Run {
             lo,
             hi,
