@@ -261,6 +261,7 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                 trace: keep,
             } => {
                 let (rendered, input, trace) = render(worker, kinds.clone(), panes);
+                rendered.open.borrow_mut().list_evictions(keep);
                 // Without a reader, the trace's last handle goes here: the arrangement
                 // then hands its batches on without merging them into a spine.
                 hosted.insert(
@@ -303,8 +304,7 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                     // it enters with the next step, and the arrangement drops the units once
                     // compaction passes `time`. Nothing waits in the batcher for a future end.
                     let evicted = h.rendered.open.borrow_mut().take_evictions();
-                    // without a trace there is nothing to evict from
-                    if let (Some(input), true) = (h.input.as_mut(), h.trace.is_some()) {
+                    if let Some(input) = h.input.as_mut() {
                         for (unit, n) in evicted {
                             input.update(unit, Acc::eviction(n));
                         }

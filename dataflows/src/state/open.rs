@@ -38,6 +38,8 @@ pub(crate) struct OpenWindows {
     evictions: Vec<(WindowKey, i64)>,
     /// Whether `changed` and `changed_panes` are tracked (see [`Self::track_changes`]).
     track: bool,
+    /// Whether closed units are listed for retraction (see [`Self::list_evictions`]).
+    evicting: bool,
     /// The first error met while folding, if any.
     error: Option<Error>,
 }
@@ -65,6 +67,7 @@ impl OpenWindows {
             changed_panes: HashSet::default(),
             evictions: Vec::new(),
             track: true,
+            evicting: true,
             error: None,
         }
     }
@@ -129,6 +132,12 @@ impl OpenWindows {
         self.track = on;
     }
 
+    /// Whether closed units are listed for [`Self::take_evictions`] (on by default; a
+    /// worker without a trace has nothing to retract them from).
+    pub(crate) fn list_evictions(&mut self, on: bool) {
+        self.evicting = on;
+    }
+
     /// Takes the units closed since the last call with their contribution counts: each
     /// `(unit, n)` is to be retracted by `Acc::eviction(n)` at a time at or after the unit's
     /// end, which empties its entry in the arrangement.
@@ -161,7 +170,7 @@ impl OpenWindows {
         };
         let closed_panes = std::mem::replace(&mut self.panes_by_expiry, open_panes);
         // at the end of stream the input is closed: nothing is left to retract
-        let evict = frontier != EventTime::MAX;
+        let evict = frontier != EventTime::MAX && self.evicting;
         if let (true, Some(p)) = (evict, self.panes) {
             for ((_, start), groups) in closed_panes {
                 let pane = p.pane_of(start);
