@@ -24,8 +24,9 @@ pub struct Config {
     pub panes: Option<Panes>,
     /// Whether the workers keep the arrangement's trace (on by default): what
     /// [`WindowedAggregate::begin_snapshot`] reads. Without it the open-window table is the
-    /// whole state, and the workers skip the trace's merges and the retractions that evict
-    /// closed windows from it (see [`Config::without_trace`]).
+    /// whole state: the workers build no arrangement (no batcher, no merges, no retractions
+    /// that evict closed windows) and fold each contribution into the table as it arrives
+    /// (see [`Config::without_trace`]).
     pub trace: bool,
 }
 
@@ -41,7 +42,8 @@ impl Config {
     }
 
     /// Keeps no trace: for a dataflow that is never snapshot (a view without
-    /// checkpoints), which then costs no trace maintenance. A snapshot of it is
+    /// checkpoints), which then costs no arrangement: contributions are exchanged to their
+    /// owners and folded into the open-window table directly. A snapshot of it is
     /// [`Error::InvalidConfig`], and [`WindowedAggregate::state_size`] counts the open
     /// `(window, key)`s (and panes) the workers hold instead of trace records.
     pub fn without_trace(mut self) -> Self {

@@ -260,16 +260,16 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                 panes,
                 trace: keep,
             } => {
-                let (rendered, input, trace) = render(worker, kinds.clone(), panes);
+                // Without a reader, there is no arrangement: contributions are folded into
+                // the open-window table as they arrive.
+                let (rendered, input, trace) = render(worker, kinds.clone(), panes, keep);
                 rendered.open.borrow_mut().list_evictions(keep);
-                // Without a reader, the trace's last handle goes here: the arrangement
-                // then hands its batches on without merging them into a spine.
                 hosted.insert(
                     id,
                     Hosted {
                         rendered,
                         input: Some(input),
-                        trace: keep.then_some(trace),
+                        trace,
                         kinds,
                         panes,
                     },

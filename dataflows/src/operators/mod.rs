@@ -2,4 +2,4 @@
 
 pub(crate) mod collect;
 
-pub(crate) use collect::collect_changes;
+pub(crate) use collect::{collect_changes, fold_changes};

@@ -7,7 +7,7 @@ use differential_dataflow::input::{Input, InputSession};
 use timely::dataflow::ProbeHandle;
 use timely::worker::Worker;
 
-use crate::operators::collect_changes;
+use crate::operators::{collect_changes, fold_changes};
 use crate::state::agg::AggKind;
 use crate::state::diff::Acc;
 use crate::state::open::OpenWindows;
@@ -29,9 +29,10 @@ pub(crate) struct Rendered {
     pub(crate) open: Rc<RefCell<OpenWindows>>,
 }
 
-/// Builds `input -> arrange by (window, key) -> collect` in `worker`;
-/// returns the handles, the input (where contributions enter, at the current time) and the
-/// arrangement's trace of `(window, key) -> Acc`.
+/// Builds `input -> arrange by (window, key) -> collect` in `worker` (with `trace`), or
+/// `input -> exchange -> fold` (without: nothing would read the trace);
+/// returns the handles, the input (where contributions enter, at the current time) and,
+/// with `trace`, the arrangement's trace of `(window, key) -> Acc`.
 ///
 /// Contributions enter at the current input time with the window in the key, so every open
 /// window's state is in the trace (readable for snapshots) once the input moves past it. When
@@ -41,16 +42,25 @@ pub(crate) fn render(
     worker: &mut Worker,
     kinds: Vec<AggKind>,
     panes: Option<Panes>,
-) -> (Rendered, InputSession<Time, WindowKey, Acc>, NamedTrace) {
+    trace: bool,
+) -> (
+    Rendered,
+    InputSession<Time, WindowKey, Acc>,
+    Option<NamedTrace>,
+) {
     let open = Rc::new(RefCell::new(OpenWindows::new(kinds, panes)));
     let index = worker.next_dataflow_index();
     let sink = Rc::clone(&open);
     let (input, trace, probe) =
         worker.dataflow_named::<Time, _, _>("thund-windowed-aggregate", |scope| {
             let (input, contributions) = scope.new_collection::<WindowKey, Acc>();
+            if !trace {
+                let probe = fold_changes(contributions, sink, panes.is_some());
+                return (input, None, probe);
+            }
             let (arranged, trace) = arrange(ARRANGEMENT, contributions, panes.is_some());
             let probe = collect_changes(arranged, sink);
-            (input, trace, probe)
+            (input, Some(trace), probe)
         });
     (Rendered { index, probe, open }, input, trace)
 }
