@@ -42,7 +42,14 @@ pub fn to_millis(col: &dyn Array) -> Result<Int64Array, arrow::error::ArrowError
         a: &PrimitiveArray<T>,
         f: impl Fn(T::Native) -> i64,
     ) -> Int64Array {
-        a.iter().map(|v| v.map(&f)).collect()
+        // over the values buffer (null slots map too, harmlessly), nulls kept
+        a.unary::<_, Int64Type>(f)
+    }
+    /// Already milliseconds as `i64`: the same buffers, retyped.
+    fn same<T: arrow::datatypes::ArrowPrimitiveType<Native = i64>>(
+        a: &PrimitiveArray<T>,
+    ) -> Int64Array {
+        Int64Array::new(a.values().clone(), a.nulls().cloned())
     }
     let any = col.as_any();
     let out = match col.data_type() {
@@ -52,7 +59,7 @@ pub fn to_millis(col: &dyn Array) -> Result<Int64Array, arrow::error::ArrowError
             })
         }
         DataType::Timestamp(TimeUnit::Millisecond, _) => {
-            map(downcast::<TimestampMillisecondArray>(any)?, |v| v)
+            same(downcast::<TimestampMillisecondArray>(any)?)
         }
         DataType::Timestamp(TimeUnit::Microsecond, _) => {
             map(downcast::<TimestampMicrosecondArray>(any)?, |v| {
@@ -65,7 +72,7 @@ pub fn to_millis(col: &dyn Array) -> Result<Int64Array, arrow::error::ArrowError
             })
         }
         DataType::Date32 => map(downcast::<Date32Array>(any)?, |d| d as i64 * DAY_MS),
-        DataType::Date64 => map(downcast::<Date64Array>(any)?, |v| v),
+        DataType::Date64 => same(downcast::<Date64Array>(any)?),
         DataType::UInt64 => {
             let a = downcast::<arrow::array::UInt64Array>(any)?;
             a.iter()
@@ -169,6 +176,42 @@ mod tests {
         assert_eq!(to_millis(&i).expect("int").value(0), 7);
         let s = arrow::array::StringArray::from(vec!["x"]);
         assert!(to_millis(&s).is_err());
+    }
+
+    #[test]
+    fn every_unit_keeps_nulls_and_limits() {
+        let raw = vec![
+            Some(i64::MIN),
+            None,
+            Some(-1),
+            Some(0),
+            Some(1_999),
+            Some(i64::MAX),
+        ];
+        let got = |a: &dyn Array| to_millis(a).expect("a time").iter().collect::<Vec<_>>();
+        // the rule each unit follows, value by value
+        let want = |f: fn(i64) -> i64| raw.iter().map(|v| v.map(f)).collect::<Vec<_>>();
+        assert_eq!(
+            got(&TimestampSecondArray::from(raw.clone())),
+            want(|v| v.saturating_mul(1000))
+        );
+        assert_eq!(got(&TimestampMillisecondArray::from(raw.clone())), raw);
+        assert_eq!(
+            got(&TimestampMicrosecondArray::from(raw.clone())),
+            want(|v| v.div_euclid(1000))
+        );
+        assert_eq!(
+            got(&TimestampNanosecondArray::from(raw.clone())),
+            want(|v| v.div_euclid(1_000_000))
+        );
+        assert_eq!(got(&Date64Array::from(raw.clone())), raw);
+        let days = vec![Some(i32::MIN), None, Some(-1), Some(i32::MAX)];
+        assert_eq!(
+            got(&Date32Array::from(days.clone())),
+            days.iter()
+                .map(|d| d.map(|d| i64::from(d) * DAY_MS))
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]

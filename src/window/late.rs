@@ -2,7 +2,7 @@
 //! both paths: a row is late iff every window it belongs to had closed at
 //! the watermark in force when its trigger started (`W_prev`).
 
-use arrow::array::Int64Array;
+use arrow::array::{Array, Int64Array};
 
 use super::{TimeWindows, Window};
 use crate::time::EventTime;
@@ -42,32 +42,33 @@ pub(crate) fn classify_time(
     w_prev: Option<EventTime>,
 ) -> Refusals {
     // Rows come mostly in time order: a window is looked up once per run of
-    // times that share it. The times that hold form one interval, so a run
-    // whose two ends hold holds throughout.
-    let mut run: Option<(EventTime, EventTime, Window)> = None;
-    times
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| {
-            let t = match t {
-                None => return Some((i, Refusal::NullTime)),
-                Some(t) => t,
-            };
-            let last = match run {
-                Some((lo, hi, w)) if lo <= t && t < hi => w,
-                _ if !windows.holds(t) => return Some((i, Refusal::Unrepresentable)),
-                _ => {
-                    let (w, lo, hi) = windows.last_window_run(t);
-                    run = (windows.holds(lo) && windows.holds(hi - 1)).then_some((lo, hi, w));
-                    w
-                }
-            };
-            match w_prev {
-                Some(wp) if last.end <= wp => Some((i, Refusal::Late(Some(last)))),
-                _ => None,
+    // times that share it, with its verdict. The times that hold form one
+    // interval, so a run whose two ends hold holds throughout.
+    let mut run: Option<(EventTime, EventTime, Option<Refusal>)> = None;
+    let mut out = Refusals::new();
+    let nulls = times.nulls().filter(|n| n.null_count() > 0);
+    for (i, &t) in times.values().iter().enumerate() {
+        if nulls.is_some_and(|n| n.is_null(i)) {
+            out.push((i, Refusal::NullTime));
+            continue;
+        }
+        let verdict = match run {
+            Some((lo, hi, verdict)) if lo <= t && t < hi => verdict,
+            _ if !windows.holds(t) => Some(Refusal::Unrepresentable),
+            _ => {
+                let (last, lo, hi) = windows.last_window_run(t);
+                let verdict = w_prev
+                    .filter(|&wp| last.end <= wp)
+                    .map(|_| Refusal::Late(Some(last)));
+                run = (windows.holds(lo) && windows.holds(hi - 1)).then_some((lo, hi, verdict));
+                verdict
             }
-        })
-        .collect()
+        };
+        if let Some(r) = verdict {
+            out.push((i, r));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

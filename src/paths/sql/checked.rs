@@ -158,7 +158,11 @@ pub(crate) fn canonical_array(a: &ArrayRef) -> ArrayRef {
         a: &arrow::array::PrimitiveArray<T>,
         bits: impl Fn(T::Native) -> bool,
     ) -> bool {
-        a.iter().flatten().any(bits)
+        // the values first (one pass over a slice), validity only for a hit
+        a.values()
+            .iter()
+            .enumerate()
+            .any(|(i, &x)| bits(x) && a.is_valid(i))
     }
     match a.data_type() {
         DataType::Float64 => {
