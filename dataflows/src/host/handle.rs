@@ -8,8 +8,9 @@ use super::cluster::{Cluster, Links};
 use super::worker::{Chunk, Command, DataflowId, Reply};
 use crate::error::{Error, Result};
 use crate::state::agg::{AggKind, AggState, Update};
+use crate::state::diff::Acc;
 use crate::time::{event_time, seq, start_of, Time};
-use crate::typedefs::owner_hash;
+use crate::typedefs::{owner_hash, WindowKey};
 use crate::window::{expiry, EventTime, Key, Panes, Window};
 
 /// What to run: how many worker threads, and which aggregates each `(window, key)` keeps.
@@ -138,7 +139,7 @@ pub struct WindowedAggregate {
     open_groups: Vec<usize>,
     /// Updates inserted since the last step, by the worker that owns them; sent at the
     /// next step.
-    pending: Vec<Vec<Update>>,
+    pending: Vec<Vec<(WindowKey, Acc)>>,
     /// Changes observed by internal steps (snapshots), owed to the next `advance_to`.
     owed: BTreeMap<(Window, Key), Vec<AggState>>,
     /// The same for panes.
@@ -283,28 +284,67 @@ impl WindowedAggregate {
     ///
     /// Updates are routed to the worker that owns their `(window, key)` and enter its input
     /// at the next step; updates of one `(window, key)` are summed there (by the
-    /// arrangement's consolidation), so callers should pre-aggregate (see
+    /// arrangement's consolidation, or the fold into the open windows without a trace),
+    /// so callers should pre-aggregate (see
     /// [`crate::PreAggregator`]): the dataflow's cost is per update. An `i128` overflow of such a
     /// sum is [`Error::Overflow`] from the next step, and poisons the dataflow.
     pub fn insert(&mut self, updates: Vec<Update>) -> Result<()> {
         self.check_usable()?;
         let frontier = self.frontier();
         for u in &updates {
-            self.validate(u, frontier)?;
+            self.validate(u.window, &u.aggs, frontier)?;
         }
-        let n = self.pending.len() as u64;
-        let by_key = self.config.panes.is_some();
         for u in updates {
-            // The arrangement exchanges by this hash (`hash % peers`): sending each update
-            // to its owner keeps the exchange local. Any other choice would also be correct.
-            let owner = if n == 1 {
-                0
-            } else {
-                (owner_hash(&(u.window, u.key), by_key) % n) as usize
-            };
-            self.pending[owner].push(u);
+            self.route(u.window, u.key, &u.aggs);
         }
         Ok(())
+    }
+
+    /// [`insert`](Self::insert) in a flat layout: `groups[i]`'s states are
+    /// `states[i * m..(i + 1) * m]` for the `m` aggregates of the configuration (a length
+    /// other than `groups.len() * m` is [`Error::Arity`]). The same checks, and no
+    /// allocation per update.
+    pub fn insert_states(&mut self, groups: &[(Window, Key)], states: &[AggState]) -> Result<()> {
+        self.check_usable()?;
+        let m = self.config.aggs.len();
+        if states.len() != groups.len().saturating_mul(m) {
+            return Err(Error::Arity {
+                window: groups.first().map_or(Window::new(0, 0), |g| g.0),
+                expected: groups.len().saturating_mul(m),
+                found: states.len(),
+            });
+        }
+        let frontier = self.frontier();
+        let each = || groups.iter().zip(states.chunks_exact(m.max(1)));
+        if m > 0 {
+            for (&(window, _), aggs) in each() {
+                self.validate(window, aggs, frontier)?;
+            }
+            for (&(window, key), aggs) in each() {
+                self.route(window, key, aggs);
+            }
+        } else {
+            for &(window, key) in groups {
+                self.validate(window, &[], frontier)?;
+                self.route(window, key, &[]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues one validated update for the worker that owns it. The arrangement (or the
+    /// fold without one) exchanges by this hash (`hash % peers`): sending each update to
+    /// its owner keeps the exchange local. Any other choice would also be correct.
+    fn route(&mut self, window: Window, key: Key, aggs: &[AggState]) {
+        let n = self.pending.len() as u64;
+        let owner = if n == 1 {
+            0
+        } else {
+            let by_key = self.config.panes.is_some();
+            (owner_hash(&(window, key), by_key) % n) as usize
+        };
+        let acc = Acc::insert(&self.config.aggs, aggs);
+        self.pending[owner].push(((window, key), acc));
     }
 
     /// Whether updates wait for the next step.
@@ -312,24 +352,21 @@ impl WindowedAggregate {
         self.pending.iter().any(|p| !p.is_empty())
     }
 
-    fn validate(&self, u: &Update, frontier: EventTime) -> Result<()> {
-        if u.window.start >= u.window.end {
-            return Err(Error::InvalidWindow { window: u.window });
+    fn validate(&self, window: Window, aggs: &[AggState], frontier: EventTime) -> Result<()> {
+        if window.start >= window.end {
+            return Err(Error::InvalidWindow { window });
         }
-        if expiry(self.config.panes, u.window) <= frontier {
-            return Err(Error::Late {
-                window: u.window,
-                frontier,
-            });
+        if expiry(self.config.panes, window) <= frontier {
+            return Err(Error::Late { window, frontier });
         }
-        if u.aggs.len() != self.config.aggs.len() {
+        if aggs.len() != self.config.aggs.len() {
             return Err(Error::Arity {
-                window: u.window,
+                window,
                 expected: self.config.aggs.len(),
-                found: u.aggs.len(),
+                found: aggs.len(),
             });
         }
-        for (kind, state) in self.config.aggs.iter().zip(&u.aggs) {
+        for (kind, state) in self.config.aggs.iter().zip(aggs) {
             state.validate(*kind)?;
         }
         Ok(())

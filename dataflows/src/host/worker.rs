@@ -40,7 +40,7 @@ pub(crate) enum Command {
         trace: bool,
     },
     /// Add contributions to a dataflow at its current input time (no reply).
-    Insert(DataflowId, Vec<Update>),
+    Insert(DataflowId, Vec<(WindowKey, Acc)>),
     /// Advance a dataflow's input to the time, run until its output frontier passes it,
     /// compact, and reply [`Reply::Stepped`]; with `true`, the reply reports the open
     /// states that changed (else nothing tracks them).
@@ -220,7 +220,6 @@ struct Hosted {
     input: Option<InputSession<Time, WindowKey, Acc>>,
     /// `None` once the stream ended (nothing is left to snapshot).
     trace: Option<NamedTrace>,
-    kinds: Vec<AggKind>,
     panes: Option<Panes>,
 }
 
@@ -262,7 +261,7 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
             } => {
                 // Without a reader, there is no arrangement: contributions are folded into
                 // the open-window table as they arrive.
-                let (rendered, input, trace) = render(worker, kinds.clone(), panes, keep);
+                let (rendered, input, trace) = render(worker, kinds, panes, keep);
                 rendered.open.borrow_mut().list_evictions(keep);
                 hosted.insert(
                     id,
@@ -270,7 +269,6 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                         rendered,
                         input: Some(input),
                         trace,
-                        kinds,
                         panes,
                     },
                 );
@@ -279,8 +277,8 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
             Command::Insert(id, updates) => {
                 if let Some(h) = hosted.get_mut(&id) {
                     if let Some(input) = h.input.as_mut() {
-                        for u in updates {
-                            input.update((u.window, u.key), Acc::insert(&h.kinds, &u.aggs));
+                        for (key, acc) in updates {
+                            input.update(key, acc);
                         }
                     }
                 }

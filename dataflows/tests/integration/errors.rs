@@ -133,11 +133,11 @@ fn bad_input_is_refused_whole() {
         ..ok.clone()
     };
     assert!(matches!(
-        df.insert(vec![ok.clone(), late]),
+        df.insert(vec![ok.clone(), late.clone()]),
         Err(Error::Late { frontier: 100, .. })
     ));
     assert!(matches!(
-        df.insert(vec![ok.clone(), short]),
+        df.insert(vec![ok.clone(), short.clone()]),
         Err(Error::Arity {
             expected: 2,
             found: 1,
@@ -145,19 +145,49 @@ fn bad_input_is_refused_whole() {
         })
     ));
     assert!(matches!(
-        df.insert(vec![ok.clone(), empty_window]),
+        df.insert(vec![ok.clone(), empty_window.clone()]),
         Err(Error::InvalidWindow { .. })
     ));
     assert!(matches!(
-        df.insert(vec![ok.clone(), wrong_type]),
+        df.insert(vec![ok.clone(), wrong_type.clone()]),
         Err(Error::InvalidState { .. })
     ));
     assert!(matches!(
-        df.insert(vec![ok.clone(), bad_state]),
+        df.insert(vec![ok.clone(), bad_state.clone()]),
         Err(Error::InvalidState { .. })
     ));
-    // None of the refused calls was applied: only this one counts.
-    df.insert(vec![ok.clone()]).expect("insert");
+    // The flat form refuses the same calls whole.
+    let flat = |us: &[Update]| {
+        let groups: Vec<(Window, u64)> = us.iter().map(|u| (u.window, u.key)).collect();
+        let states: Vec<AggState> = us.iter().flat_map(|u| u.aggs.clone()).collect();
+        (groups, states)
+    };
+    for (bad, is_expected) in [
+        (
+            late,
+            (|e| matches!(e, Error::Late { frontier: 100, .. })) as fn(&Error) -> bool,
+        ),
+        (short, |e| {
+            matches!(
+                e,
+                Error::Arity {
+                    expected: 4,
+                    found: 3,
+                    ..
+                }
+            )
+        }),
+        (empty_window, |e| matches!(e, Error::InvalidWindow { .. })),
+        (wrong_type, |e| matches!(e, Error::InvalidState { .. })),
+        (bad_state, |e| matches!(e, Error::InvalidState { .. })),
+    ] {
+        let (groups, states) = flat(&[ok.clone(), bad.clone()]);
+        let got = df.insert_states(&groups, &states);
+        assert!(got.as_ref().is_err_and(is_expected), "{bad:?}: {got:?}");
+    }
+    // None of the refused calls was applied: only this one counts (flat).
+    let (groups, states) = flat(std::slice::from_ref(&ok));
+    df.insert_states(&groups, &states).expect("insert");
     assert!(matches!(
         df.advance_to(99),
         Err(Error::WatermarkRegressed {

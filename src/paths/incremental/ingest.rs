@@ -14,12 +14,12 @@ use arrow::compute::cast;
 use arrow::datatypes::DataType;
 use arrow::row::Rows;
 use rustc_hash::FxHashMap;
-use thund_dataflows::{AggKind, AggState, Panes, Update, Value};
+use thund_dataflows::{AggKind, AggState, Panes, Value};
 
-use super::keys::{packed, shard_of, KeyDictionary, Keys, GLOBAL};
+use super::keys::{packed, packed_columns, shard_of, unpacked, KeyDictionary, Keys, GLOBAL};
 use super::IncrementalView;
 use crate::error::{Error, Result};
-use crate::paths::sql::checked::{canonical, canonical_array};
+use crate::paths::sql::checked::canonical_array;
 use crate::paths::OnTime;
 use crate::plan::CompiledAgg;
 use crate::time::EventTime;
@@ -117,6 +117,29 @@ impl Col {
     }
 }
 
+/// A batch's group keys, encoded: by `arrow::row` (any key), or, when every
+/// key column is an integer and a row fits, straight to each row's [`packed`]
+/// form (see [`packed_columns`]: the same integers, without encoding rows).
+enum KeyRows {
+    Rows(Rows),
+    Packed(Vec<u128>),
+}
+
+impl KeyRows {
+    /// Row `i`'s packed key and, if it has none (a key of 16 bytes or more),
+    /// its bytes.
+    #[inline]
+    fn get(&self, i: usize) -> (Option<u128>, &[u8]) {
+        match self {
+            KeyRows::Rows(r) => {
+                let bytes = r.row(i).data();
+                (packed(bytes), bytes)
+            }
+            KeyRows::Packed(p) => (Some(p[i]), &[]),
+        }
+    }
+}
+
 /// The unit of the last row looked at, and the times `[lo, hi)` that share it.
 struct Run {
     lo: EventTime,
@@ -133,7 +156,7 @@ struct Run {
 /// What every shard reads of one batch.
 struct Batch<'a> {
     pass: &'a [bool],
-    key_rows: Option<&'a Rows>,
+    key_rows: Option<&'a KeyRows>,
     /// Each shard's rows, in order (empty with one shard or no keys: every
     /// row is shard 0's).
     rows_of: &'a [Vec<usize>],
@@ -181,24 +204,50 @@ fn fold_shard(
     dict: &mut KeyDictionary,
     g: &mut Groups,
 ) -> std::result::Result<(), thund_dataflows::Error> {
-    let m = b.kinds.len();
     if b.key_rows.is_none() && shard != 0 {
         return Ok(());
     }
-    let all: Vec<usize>;
-    let rows: &[usize] = match b.rows_of.get(shard) {
-        Some(own) => own,
-        None => {
-            all = (0..b.pass.len()).collect();
-            &all
-        }
+    // pass 1: the slot of each row that feeds a group, with the rows and the
+    // keys' encoding chosen once per batch, not per row
+    macro_rules! pass1 {
+        ($key:expr) => {
+            match b.rows_of.get(shard) {
+                Some(own) => assign_slots(b, shard, dict, g, own.iter().copied(), $key),
+                None => assign_slots(b, shard, dict, g, 0..b.pass.len(), $key),
+            }
+        };
+    }
+    let fed = match b.key_rows {
+        None => pass1!(|_| None),
+        Some(KeyRows::Packed(p)) => pass1!(|i| Some((Some(p[i]), &[][..]))),
+        Some(KeyRows::Rows(r)) => pass1!(|i| {
+            let bytes = r.row(i).data();
+            Some((packed(bytes), bytes))
+        }),
     };
-    // pass 1: the slot of each row that feeds a group. A row feeds one unit:
-    // its pane (hopping windows) or its window (tumbling); a key is interned
-    // with the end of the last window it feeds.
-    let mut fed: Vec<(usize, usize)> = Vec::with_capacity(rows.len());
+    // pass 2: one pass per aggregate over its argument column
+    for ((arg, &kind), col) in b.args.iter().zip(b.kinds).zip(&mut g.cols) {
+        fold_arg(kind, arg, &fed, col)?;
+    }
+    Ok(())
+}
+
+/// Pass 1 of [`fold_shard`] over `rows` (in order): `(row, slot)` for each
+/// row that feeds a group. A row feeds one unit: its pane (hopping windows)
+/// or its window (tumbling); a key is interned with the end of the last
+/// window it feeds.
+fn assign_slots<'k>(
+    b: &Batch<'_>,
+    shard: usize,
+    dict: &mut KeyDictionary,
+    g: &mut Groups,
+    rows: impl Iterator<Item = usize>,
+    key_of: impl Fn(usize) -> Option<(Option<u128>, &'k [u8])>,
+) -> Vec<(usize, usize)> {
+    let m = b.kinds.len();
+    let mut fed: Vec<(usize, usize)> = Vec::with_capacity(rows.size_hint().0);
     let mut run: Option<Run> = None;
-    for &i in rows {
+    for i in rows {
         let passes = b.pass[i];
         // a filtered row makes no group; a global aggregate still has its window
         if !passes && b.key_rows.is_some() {
@@ -214,10 +263,7 @@ fn fold_shard(
             continue;
         }
         let (unit, u, expires) = (run.unit, run.index, run.expires);
-        let key = b.key_rows.map(|r| {
-            let bytes = r.row(i).data();
-            (bytes, packed(bytes))
-        });
+        let key = key_of(i);
         let mut new_group = |key: u64| {
             g.groups.push((unit, key));
             if g.cols.len() < m {
@@ -230,11 +276,11 @@ fn fold_shard(
         // a short key finds its group by its packed bytes: the dictionary is
         // asked once per group and trigger, not once per row
         let slot = match key {
-            Some((bytes, Some(p))) => *g
-                .short_index
-                .entry((u, p))
-                .or_insert_with(|| new_group(id(dict.intern(bytes, expires)))),
-            Some((bytes, None)) => {
+            Some((Some(p), _)) => *g.short_index.entry((u, p)).or_insert_with(|| {
+                let (bytes, len) = unpacked(p);
+                new_group(id(dict.intern(&bytes[..len], expires)))
+            }),
+            Some((None, bytes)) => {
                 let key = id(dict.intern(bytes, expires));
                 *g.index.entry((u, key)).or_insert_with(|| new_group(key))
             }
@@ -247,11 +293,7 @@ fn fold_shard(
             fed.push((i, slot));
         }
     }
-    // pass 2: one pass per aggregate over its argument column
-    for ((arg, &kind), col) in b.args.iter().zip(b.kinds).zip(&mut g.cols) {
-        fold_arg(kind, arg, &fed, col)?;
-    }
-    Ok(())
+    fed
 }
 
 /// Folds one aggregate's argument column into its typed states, for the
@@ -268,7 +310,8 @@ fn fold_arg(
         (Col::Count(count), _) => for_each_fed(fed, nulls, |_, s| bump(kind, &mut count[s])),
         (Col::Float { count, val }, Arg::Float(a)) => {
             let v = a.values();
-            let x = |i: usize| canonical(v[i]);
+            // the column is canonical already (see `IncrementalView::arg`)
+            let x = |i: usize| v[i];
             match kind {
                 AggKind::SumFloat => {
                     fold_typed(kind, fed, nulls, count, val, x, |y, x| Some(y + x))
@@ -389,8 +432,9 @@ impl IncrementalView {
             return Ok(Arg::Count(arr.logical_nulls()));
         }
         Ok(match &a.input_type {
+            // canonical once per column (`-0.0` as `0.0`, one NaN), not per row
             DataType::Float32 | DataType::Float64 => Arg::Float(
-                cast(&arr, &DataType::Float64)?
+                canonical_array(&cast(&arr, &DataType::Float64)?)
                     .as_any()
                     .downcast_ref::<Float64Array>()
                     .ok_or_else(|| wrong("did not cast to Float64"))?
@@ -425,7 +469,12 @@ impl IncrementalView {
     /// and scoped helpers; the workers wait for the updates meanwhile).
     pub(super) fn ingest(&mut self, on_time: Vec<OnTime>, w_prev: Option<EventTime>) -> Result<()> {
         let view = self.view.clone();
-        let kinds: Vec<AggKind> = self.plan.aggs.iter().map(|a| a.kind).collect();
+        let folds = &self.folds;
+        let kinds: Vec<AggKind> = folds
+            .first
+            .iter()
+            .map(|&j| self.plan.aggs[j].kind)
+            .collect();
         let m = kinds.len();
         let shards = self.keys.shards_mut().len();
         let mut groups: Vec<Groups> = (0..shards).map(|_| Groups::default()).collect();
@@ -459,11 +508,14 @@ impl IncrementalView {
                         })
                         .collect::<datafusion::error::Result<Vec<_>>>()
                         .map_err(|e| Error::eval(&view, e))?;
-                    Some(conv.convert_columns(&cols)?)
+                    Some(match packed_columns(&cols) {
+                        Some(p) => KeyRows::Packed(p),
+                        None => KeyRows::Rows(conv.convert_columns(&cols)?),
+                    })
                 }
             };
             let mut args = Vec::with_capacity(m);
-            for a in &self.plan.aggs {
+            for a in folds.first.iter().map(|&j| &self.plan.aggs[j]) {
                 let arr = a
                     .arg
                     .evaluate(batch)
@@ -476,8 +528,8 @@ impl IncrementalView {
             if let (Some(r), true) = (&key_rows, shards > 1) {
                 rows_of = vec![Vec::with_capacity(n / shards + 1); shards];
                 for i in 0..n {
-                    let bytes = r.row(i).data();
-                    rows_of[shard_of(packed(bytes), bytes, shards)].push(i);
+                    let (p, bytes) = r.get(i);
+                    rows_of[shard_of(p, bytes, shards)].push(i);
                 }
             }
             let b = Batch {
@@ -527,25 +579,21 @@ impl IncrementalView {
                 r.map_err(|e| Error::dataflow(&view, e))?;
             }
         }
-        let updates: Vec<Update> = groups
-            .into_iter()
-            .flat_map(|g| {
-                let Groups { groups, cols, .. } = g;
-                groups
-                    .into_iter()
-                    .enumerate()
-                    .map(move |(s, (window, key))| Update {
-                        window,
-                        key,
-                        aggs: cols.iter().map(|c| c.state(s)).collect(),
-                    })
-            })
-            .collect();
-        if updates.is_empty() {
+        // flat: every group's states side by side, one allocation per trigger
+        let mut keys: Vec<(Window, u64)> = Vec::new();
+        let mut states: Vec<AggState> = Vec::new();
+        for g in &groups {
+            keys.extend_from_slice(&g.groups);
+            states.reserve(g.groups.len() * folds.column_of.len());
+            for s in 0..g.groups.len() {
+                states.extend(folds.column_of.iter().map(|&c| g.cols[c].state(s)));
+            }
+        }
+        if keys.is_empty() {
             return Ok(());
         }
         self.dataflow
-            .insert(updates)
+            .insert_states(&keys, &states)
             .map_err(|e| Error::dataflow(&view, e))
     }
 }

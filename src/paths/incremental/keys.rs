@@ -53,6 +53,120 @@ pub(super) fn packed(key: &[u8]) -> Option<u128> {
     Some(u128::from(lo) | u128::from(hi) << 64 | (n as u128) << 120)
 }
 
+/// The bytes of a [`packed`] key (the first `len` of the array).
+#[inline]
+pub(super) fn unpacked(p: u128) -> ([u8; 16], usize) {
+    let len = (p >> 120) as usize;
+    let mut b = (p & !(0xff << 120)).to_le_bytes();
+    b[15] = 0;
+    (b, len.min(15))
+}
+
+/// [`packed`] of every row's key as `arrow::row` encodes it (ascending, nulls
+/// first, as [`super::key_converter`] builds it), computed column by column
+/// without encoding the rows: `None` unless every key column is an integer
+/// (or a date or timestamp, stored as one) and the row fits in 15 bytes.
+///
+/// Each such column encodes as one byte (`1` valid, `0` null) and the value's
+/// big-endian bytes with the sign bit flipped for signed types (zeros for a
+/// null); `packed` reads the row's bytes as a little-endian integer, so a
+/// column at byte `at` adds its bytes, byte-swapped, shifted by `8 * at`.
+pub(super) fn packed_columns(cols: &[arrow::array::ArrayRef]) -> Option<Vec<u128>> {
+    use arrow::array::{Array, ArrowPrimitiveType, AsArray, PrimitiveArray};
+    use arrow::datatypes::{DataType as D, TimeUnit};
+    use arrow::datatypes::{
+        Date32Type, Date64Type, Int16Type, Int32Type, Int64Type, Int8Type,
+        TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+        TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+    };
+
+    /// Adds one column's encoding at byte `at` (its width is `1 + size`).
+    fn add<T: ArrowPrimitiveType>(
+        out: &mut [u128],
+        a: &PrimitiveArray<T>,
+        at: usize,
+        enc: impl Fn(T::Native) -> u64,
+    ) {
+        let shift = 8 * at;
+        let values = a.values();
+        match a.nulls().filter(|n| n.null_count() > 0) {
+            None => {
+                for (o, &v) in out.iter_mut().zip(values.iter()) {
+                    *o |= (1 | u128::from(enc(v)) << 8) << shift;
+                }
+            }
+            Some(n) => {
+                for (i, (o, &v)) in out.iter_mut().zip(values.iter()).enumerate() {
+                    if n.is_valid(i) {
+                        *o |= (1 | u128::from(enc(v)) << 8) << shift;
+                    }
+                }
+            }
+        }
+    }
+    // a value's big-endian bytes read as little-endian: the bytes swapped
+    macro_rules! signed {
+        ($out:expr, $a:expr, $at:expr, $t:ty, $u:ty, $bits:expr) => {
+            add($out, $a.as_primitive::<$t>(), $at, |v| {
+                u64::from(((v as $u) ^ (1 << ($bits - 1))).swap_bytes())
+            })
+        };
+    }
+    macro_rules! unsigned {
+        ($out:expr, $a:expr, $at:expr, $t:ty) => {
+            add($out, $a.as_primitive::<$t>(), $at, |v| {
+                u64::from(v.swap_bytes())
+            })
+        };
+    }
+    let width = |dt: &D| match dt {
+        D::Int8 | D::UInt8 => Some(2),
+        D::Int16 | D::UInt16 => Some(3),
+        D::Int32 | D::UInt32 | D::Date32 => Some(5),
+        D::Int64 | D::UInt64 | D::Date64 | D::Timestamp(_, _) => Some(9),
+        _ => None,
+    };
+    let mut total = 0usize;
+    for c in cols {
+        total += width(c.data_type())?;
+    }
+    if total > 15 {
+        return None;
+    }
+    let n = cols.first().map_or(0, |c| c.len());
+    let mut out = vec![(total as u128) << 120; n];
+    let mut at = 0;
+    for c in cols {
+        match c.data_type() {
+            D::Int8 => signed!(&mut out, c, at, Int8Type, u8, 8),
+            D::Int16 => signed!(&mut out, c, at, Int16Type, u16, 16),
+            D::Int32 => signed!(&mut out, c, at, Int32Type, u32, 32),
+            D::Date32 => signed!(&mut out, c, at, Date32Type, u32, 32),
+            D::Int64 => signed!(&mut out, c, at, Int64Type, u64, 64),
+            D::Date64 => signed!(&mut out, c, at, Date64Type, u64, 64),
+            D::Timestamp(TimeUnit::Second, _) => {
+                signed!(&mut out, c, at, TimestampSecondType, u64, 64)
+            }
+            D::Timestamp(TimeUnit::Millisecond, _) => {
+                signed!(&mut out, c, at, TimestampMillisecondType, u64, 64)
+            }
+            D::Timestamp(TimeUnit::Microsecond, _) => {
+                signed!(&mut out, c, at, TimestampMicrosecondType, u64, 64)
+            }
+            D::Timestamp(TimeUnit::Nanosecond, _) => {
+                signed!(&mut out, c, at, TimestampNanosecondType, u64, 64)
+            }
+            D::UInt8 => unsigned!(&mut out, c, at, UInt8Type),
+            D::UInt16 => unsigned!(&mut out, c, at, UInt16Type),
+            D::UInt32 => unsigned!(&mut out, c, at, UInt32Type),
+            D::UInt64 => unsigned!(&mut out, c, at, UInt64Type),
+            _ => return None,
+        }
+        at += width(c.data_type())?;
+    }
+    Some(out)
+}
+
 #[derive(Debug, Default)]
 pub(super) struct KeyDictionary {
     /// Ids of keys of at most 15 bytes, by [`packed`] key.
@@ -273,6 +387,94 @@ mod tests {
             }
             assert_eq!(packed(&vec![0xff; n]), reference(&vec![0xff; n]));
         }
+    }
+
+    #[test]
+    fn unpacked_gives_the_bytes_back() {
+        let bytes: Vec<u8> = (0u8..16).map(|i| i.wrapping_mul(97) ^ 0xa5).collect();
+        for n in 0..=15 {
+            let (b, len) = unpacked(packed(&bytes[..n]).expect("short"));
+            assert_eq!(&b[..len], &bytes[..n]);
+        }
+    }
+
+    /// Column-wise packing equals packing what `arrow::row` encodes, for every
+    /// supported type, with nulls and each type's limits, alone and combined.
+    #[test]
+    fn packed_columns_agree_with_arrow_row() {
+        use arrow::array::{
+            ArrayRef, Date32Array, Date64Array, Int16Array, Int32Array, Int64Array, Int8Array,
+            TimestampNanosecondArray, TimestampSecondArray, UInt16Array, UInt32Array, UInt64Array,
+            UInt8Array,
+        };
+        use arrow::row::{RowConverter, SortField};
+        use std::sync::Arc;
+        let pick = |k: usize| (k * 7919 + 13) % 6;
+        macro_rules! col {
+            ($arr:ty, $t:ty) => {{
+                let vals = [
+                    Some(<$t>::MIN),
+                    Some(<$t>::MAX),
+                    None,
+                    Some(0 as $t),
+                    Some(1 as $t),
+                    Some((0 as $t).wrapping_sub(1)),
+                ];
+                Arc::new(<$arr>::from(
+                    (0..24).map(|k| vals[pick(k)]).collect::<Vec<_>>(),
+                )) as ArrayRef
+            }};
+        }
+        let all: Vec<ArrayRef> = vec![
+            col!(Int8Array, i8),
+            col!(Int16Array, i16),
+            col!(Int32Array, i32),
+            col!(Int64Array, i64),
+            col!(UInt8Array, u8),
+            col!(UInt16Array, u16),
+            col!(UInt32Array, u32),
+            col!(UInt64Array, u64),
+            col!(Date32Array, i32),
+            col!(Date64Array, i64),
+            col!(TimestampSecondArray, i64),
+            col!(TimestampNanosecondArray, i64),
+        ];
+        let check = |cols: Vec<ArrayRef>| {
+            let fields = cols
+                .iter()
+                .map(|c| SortField::new(c.data_type().clone()))
+                .collect();
+            let rows = RowConverter::new(fields)
+                .expect("converter")
+                .convert_columns(&cols)
+                .expect("rows");
+            let want: Option<Vec<u128>> = (0..rows.num_rows())
+                .map(|i| packed(rows.row(i).data()))
+                .collect();
+            let got = packed_columns(&cols);
+            match got {
+                Some(got) => assert_eq!(Some(got), want, "{:?}", cols),
+                // only rows too wide to pack are left to arrow::row
+                None => assert!(want.is_none(), "{:?}", cols),
+            }
+        };
+        for a in &all {
+            check(vec![a.clone()]);
+            // the same column reversed, so each pair of values meets
+            let rev = arrow::compute::take(
+                a.as_ref(),
+                &arrow::array::UInt32Array::from_iter_values((0..24).rev()),
+                None,
+            )
+            .expect("take");
+            for b in &all {
+                check(vec![a.clone(), b.clone()]);
+                check(vec![a.clone(), rev.clone(), b.clone()]);
+            }
+        }
+        // a float key is left to arrow::row
+        let f: ArrayRef = Arc::new(arrow::array::Float64Array::from(vec![1.0]));
+        assert!(packed_columns(&[f]).is_none());
     }
 
     #[test]

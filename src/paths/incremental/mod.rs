@@ -61,6 +61,38 @@ fn key_converter(plan: &CompiledAggregate) -> Result<Option<RowConverter>> {
     Ok(Some(RowConverter::new(fields)?))
 }
 
+/// Which aggregates fold the same state: same kind, same argument (`SUM(v)`
+/// and `AVG(v)` both keep `(count, sum)` of `v`). The host folds each distinct
+/// state once per row and hands it to every aggregate that shares it.
+struct Folds {
+    /// The first aggregate of each distinct state, in plan order.
+    first: Vec<usize>,
+    /// By aggregate: the index in `first` of its state.
+    column_of: Vec<usize>,
+}
+
+impl Folds {
+    fn of(plan: &CompiledAggregate) -> Self {
+        let mut first: Vec<usize> = Vec::new();
+        let column_of = plan
+            .aggs
+            .iter()
+            .enumerate()
+            .map(|(j, a)| {
+                let same = |&d: &usize| {
+                    let b = &plan.aggs[d];
+                    b.kind == a.kind && b.arg.as_ref() == a.arg.as_ref()
+                };
+                first.iter().position(same).unwrap_or_else(|| {
+                    first.push(j);
+                    first.len() - 1
+                })
+            })
+            .collect();
+        Folds { first, column_of }
+    }
+}
+
 /// The incremental runtime of one view.
 pub(crate) struct IncrementalView {
     view: String,
@@ -84,6 +116,8 @@ pub(crate) struct IncrementalView {
     shown: Shown,
     /// Group keys by id (the dataflow carries the ids).
     keys: Keys,
+    /// The distinct states the host folds.
+    folds: Folds,
 }
 
 impl IncrementalView {
@@ -112,6 +146,7 @@ impl IncrementalView {
         // Append mode without checkpoints reads only closed windows
         dataflow.report_changes(mode != OutputMode::Append);
         let out = output_schema(&plan.query_schema, Some(&plan.bound), mode);
+        let folds = Folds::of(&plan);
         Ok(IncrementalView {
             view: view.to_string(),
             plan,
@@ -127,6 +162,7 @@ impl IncrementalView {
             checkpointing: false,
             shown: Shown::default(),
             keys: Keys::new(workers),
+            folds,
         })
     }
 }
