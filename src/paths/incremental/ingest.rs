@@ -54,7 +54,7 @@ const PARALLEL_ROWS: usize = 4096;
 /// One shard's groups of this trigger: `(unit, key id)`, their states (one
 /// typed column per aggregate), and the lookups that find them.
 #[derive(Default)]
-struct Groups {
+pub(super) struct Groups {
     groups: Vec<(Window, u64)>,
     cols: Vec<Col>,
     /// The units (windows or panes) met so far, by index: the lookups below
@@ -62,7 +62,32 @@ struct Groups {
     units: FxHashMap<Window, usize>,
     index: FxHashMap<(usize, u64), usize>,
     short_index: FxHashMap<(usize, u128), usize>,
+    /// The same for keys of at most 12 bytes in the first 2^24 units, whose
+    /// unit fits in the packed key's unused bytes: 24-byte entries instead of
+    /// 48, so twice as many stay in cache.
+    narrow_index: FxHashMap<(u64, u64), u32>,
 }
+
+impl Groups {
+    /// Empties the groups, keeping their buffers and tables for the next trigger.
+    fn clear(&mut self) {
+        self.groups.clear();
+        self.cols.iter_mut().for_each(Col::clear);
+        self.units.clear();
+        self.index.clear();
+        self.short_index.clear();
+        self.narrow_index.clear();
+    }
+
+    /// Whether its buffers are worth keeping for the next trigger (those of a
+    /// trigger with very many groups are let go).
+    fn reusable(&self) -> bool {
+        self.groups.capacity() <= KEEP_GROUPS
+    }
+}
+
+/// Groups per shard whose buffers are kept from one trigger to the next.
+const KEEP_GROUPS: usize = 1 << 16;
 
 /// One aggregate's states over a shard's groups, by group slot: `count` non-null
 /// inputs and, once it is positive, the value folded so far.
@@ -84,6 +109,21 @@ impl Col {
                 count: Vec::new(),
                 val: Vec::new(),
             },
+        }
+    }
+
+    /// Removes every group's state, keeping the buffers.
+    fn clear(&mut self) {
+        match self {
+            Col::Count(count) => count.clear(),
+            Col::Float { count, val } => {
+                count.clear();
+                val.clear();
+            }
+            Col::Int { count, val } => {
+                count.clear();
+                val.clear();
+            }
         }
     }
 
@@ -232,6 +272,18 @@ fn fold_shard(
     Ok(())
 }
 
+/// A packed key `p` of at most 12 bytes with unit index `u < 2^24` in its
+/// unused bytes 12..15 (below the length byte), as two words: distinct
+/// `(u, p)` give distinct results. `None` for longer keys or later units.
+#[inline]
+fn narrow(p: u128, u: usize) -> Option<(u64, u64)> {
+    let len = (p >> 120) as usize;
+    if len > 12 || u >= 1 << 24 {
+        return None;
+    }
+    Some((p as u64, (p >> 64) as u64 | (u as u64) << 32))
+}
+
 /// Pass 1 of [`fold_shard`] over `rows` (in order): `(row, slot)` for each
 /// row that feeds a group. A row feeds one unit: its pane (hopping windows)
 /// or its window (tumbling); a key is interned with the end of the last
@@ -264,6 +316,7 @@ fn assign_slots<'k>(
         }
         let (unit, u, expires) = (run.unit, run.index, run.expires);
         let key = key_of(i);
+        let fits_u32 = g.groups.len() < u32::MAX as usize;
         let mut new_group = |key: u64| {
             g.groups.push((unit, key));
             if g.cols.len() < m {
@@ -276,10 +329,22 @@ fn assign_slots<'k>(
         // a short key finds its group by its packed bytes: the dictionary is
         // asked once per group and trigger, not once per row
         let slot = match key {
-            Some((Some(p), _)) => *g.short_index.entry((u, p)).or_insert_with(|| {
-                let (bytes, len) = unpacked(p);
-                new_group(id(dict.intern(&bytes[..len], expires)))
-            }),
+            Some((Some(p), _)) => {
+                let mut new_short = || {
+                    let (bytes, len) = unpacked(p);
+                    new_group(id(dict.intern(&bytes[..len], expires)))
+                };
+                // (past 2^32 groups, the wide table: a group found in neither
+                // table again is only split in two, which the dataflow sums)
+                match narrow(p, u).filter(|_| fits_u32) {
+                    Some(k) => {
+                        *g.narrow_index
+                            .entry(k)
+                            .or_insert_with(|| new_short() as u32) as usize
+                    }
+                    None => *g.short_index.entry((u, p)).or_insert_with(new_short),
+                }
+            }
             Some((None, bytes)) => {
                 let key = id(dict.intern(bytes, expires));
                 *g.index.entry((u, key)).or_insert_with(|| new_group(key))
@@ -477,7 +542,10 @@ impl IncrementalView {
             .collect();
         let m = kinds.len();
         let shards = self.keys.shards_mut().len();
-        let mut groups: Vec<Groups> = (0..shards).map(|_| Groups::default()).collect();
+        // the last trigger's buffers, emptied
+        let mut groups = std::mem::take(&mut self.scratch);
+        groups.resize_with(shards, Groups::default);
+        groups.iter_mut().for_each(Groups::clear);
         for o in on_time {
             let batch = &o.batch;
             let n = batch.num_rows();
@@ -589,11 +657,47 @@ impl IncrementalView {
                 states.extend(folds.column_of.iter().map(|&c| g.cols[c].state(s)));
             }
         }
+        groups.retain(Groups::reusable);
+        self.scratch = groups;
         if keys.is_empty() {
             return Ok(());
         }
         self.dataflow
             .insert_states(&keys, &states)
             .map_err(|e| Error::dataflow(&view, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Distinct (unit, key) pairs stay distinct in the narrow table, at every
+    /// key length it takes and at the edges of the unit range; longer keys and
+    /// later units are left to the wide one.
+    #[test]
+    fn narrow_keys_are_distinct_per_unit() {
+        let bytes: Vec<u8> = (0u8..16).map(|i| i.wrapping_mul(89) ^ 0x3c).collect();
+        let mut seen = std::collections::HashSet::new();
+        let mut n = 0;
+        for len in 0..=12 {
+            // the empty key once; others twice, their last byte differing
+            for &fill in &[0x00u8, 0xff][..if len == 0 { 1 } else { 2 }] {
+                let mut key = bytes[..len].to_vec();
+                if let Some(last) = key.last_mut() {
+                    *last = fill;
+                }
+                let p = packed(&key).expect("short");
+                for u in [0usize, 1, 255, 256, (1 << 24) - 1] {
+                    assert!(seen.insert(narrow(p, u).expect("narrow")), "{key:?} {u}");
+                    n += 1;
+                }
+                assert_eq!(narrow(p, 1 << 24), None);
+            }
+        }
+        assert_eq!(seen.len(), n);
+        for len in 13..=15 {
+            assert_eq!(narrow(packed(&bytes[..len]).expect("short"), 0), None);
+        }
     }
 }

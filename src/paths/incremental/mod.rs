@@ -118,6 +118,8 @@ pub(crate) struct IncrementalView {
     keys: Keys,
     /// The distinct states the host folds.
     folds: Folds,
+    /// The host's fold buffers, kept between triggers (one per key shard).
+    scratch: Vec<ingest::Groups>,
 }
 
 impl IncrementalView {
@@ -163,6 +165,7 @@ impl IncrementalView {
             shown: Shown::default(),
             keys: Keys::new(workers),
             folds,
+            scratch: Vec::new(),
         })
     }
 }

@@ -491,6 +491,48 @@ mod tests {
     }
 
     #[test]
+    fn arrays_are_canonical_value_by_value_and_clean_ones_are_kept() {
+        let odd = [-0.0, f64::from_bits(0xfff8_0000_0000_0001), -f64::NAN];
+        for (at, x) in odd.into_iter().enumerate() {
+            // one odd value among clean ones, somewhere in a longer column
+            let mut vals: Vec<Option<f64>> = (0..100).map(|i| Some(i as f64 - 50.5)).collect();
+            vals[at * 40] = Some(x);
+            vals[7] = None;
+            let a: ArrayRef = Arc::new(Float64Array::from(vals.clone()));
+            let c = canonical_array(&a);
+            let c = c.as_any().downcast_ref::<Float64Array>().expect("f64");
+            for (i, v) in vals.iter().enumerate() {
+                assert_eq!(c.is_valid(i), v.is_some());
+                if let Some(v) = v {
+                    assert_eq!(c.value(i).to_bits(), canonical(*v).to_bits(), "row {i}");
+                }
+            }
+        }
+        // no NaN, no -0.0: the same array back, also at the edges of the bits
+        let clean: ArrayRef = Arc::new(Float64Array::from(vec![
+            Some(1.0),
+            None,
+            Some(0.0),
+            Some(f64::INFINITY),
+            Some(f64::NEG_INFINITY),
+            Some(f64::MAX),
+            Some(f64::MIN),
+            Some(-f64::MIN_POSITIVE),
+            Some(-f64::from_bits(1)),
+        ]));
+        assert!(Arc::ptr_eq(&canonical_array(&clean), &clean));
+        let clean32: ArrayRef = Arc::new(arrow::array::Float32Array::from(vec![
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -f32::from_bits(1),
+            0.0,
+        ]));
+        assert!(Arc::ptr_eq(&canonical_array(&clean32), &clean32));
+        let odd32: ArrayRef = Arc::new(arrow::array::Float32Array::from(vec![1.0, -0.0]));
+        assert!(!Arc::ptr_eq(&canonical_array(&odd32), &odd32));
+    }
+
+    #[test]
     fn an_integer_sum_that_does_not_fit_is_an_error_naming_the_aggregate() {
         let mut acc = SumAcc {
             label: "SUM(t.v)".into(),
