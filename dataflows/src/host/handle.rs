@@ -542,7 +542,9 @@ impl WindowedAggregate {
     }
 
     /// Number of open `(window, key)`s (windows with `end > frontier()` that received an
-    /// update), over all workers, as of the last step. `state_size()` stays within a small
+    /// update), over all workers, as of the last step. With panes and changes not reported
+    /// ([`report_changes`](Self::report_changes)), the workers keep no window (each is
+    /// assembled from its panes when it closes) and this counts open `(pane, key)`s. `state_size()` stays within a small
     /// multiple of this (plus records of closed windows not yet merged away).
     pub fn open_groups(&self) -> usize {
         self.open_groups.iter().sum()

@@ -37,7 +37,11 @@ pub(crate) struct OpenWindows {
     /// counts: the worker retracts them from the arrangement (see [`Self::take_evictions`]).
     evictions: Vec<(WindowKey, i64)>,
     /// Whether `changed` and `changed_panes` are tracked (see [`Self::track_changes`]).
+    /// With panes and no tracking, windows are not kept: each is assembled from its
+    /// panes when it closes (see [`Self::take_step`]).
     track: bool,
+    /// Windows ending at or before this have closed (and were reported).
+    closed_through: EventTime,
     /// Whether closed units are listed for retraction (see [`Self::list_evictions`]).
     evicting: bool,
     /// The first error met while folding, if any.
@@ -67,6 +71,7 @@ impl OpenWindows {
             changed_panes: HashSet::default(),
             evictions: Vec::new(),
             track: true,
+            closed_through: EventTime::MIN,
             evicting: true,
             error: None,
         }
@@ -89,11 +94,15 @@ impl OpenWindows {
             self.fold(unit, key, diff);
             return;
         };
-        // the pane's own state (what a checkpoint saves), then every open window holding it
+        // the pane's own state (what a checkpoint saves and closing windows are assembled
+        // from), then, when changes are tracked, every open window holding it
         let ends = (expiry(self.panes, unit), unit.start);
         let pane = self.panes_by_expiry.entry(ends).or_default();
         if fold_states(&self.kinds, pane, key, diff, unit, &mut self.error) && self.track {
             self.changed_panes.insert((unit, key));
+        }
+        if !self.track {
+            return;
         }
         for w in panes.windows_of(unit) {
             if time < start_of(w.end) && self.error.is_none() {
@@ -129,7 +138,48 @@ impl OpenWindows {
     /// Whether the next steps track the open states that change (what
     /// [`Self::take_step`] reports as changed); off, only closed windows are reported.
     pub(crate) fn track_changes(&mut self, on: bool) {
+        if on == self.track {
+            return;
+        }
         self.track = on;
+        if let Some(p) = self.panes {
+            // windows are kept only while tracked: drop them, or rebuild every open one
+            // from its panes
+            self.by_end.clear();
+            self.changed.clear();
+            if on {
+                let mut windows: Vec<Window> = Vec::new();
+                for &(_, start) in self.panes_by_expiry.keys() {
+                    windows.extend(p.windows_of(p.pane_of(start)));
+                }
+                windows.sort_unstable();
+                windows.dedup();
+                let closed = self.closed_through;
+                for w in windows.into_iter().filter(|w| w.end > closed) {
+                    let groups = self.assemble(p, w);
+                    self.by_end.insert((w.end, w.start), groups);
+                }
+            }
+        }
+    }
+
+    /// The states of window `w` by key, folded from its held panes.
+    fn assemble(&mut self, p: Panes, w: Window) -> HashMap<Key, Group> {
+        let mut out: HashMap<Key, Group> = HashMap::default();
+        let mut start = p.pane_of(w.start);
+        while start.start < w.end {
+            let ends = (p.expiry(start), start.start);
+            if let Some(groups) = self.panes_by_expiry.get(&ends) {
+                for (&key, g) in groups {
+                    merge_group(&self.kinds, &mut out, key, g, w, &mut self.error);
+                }
+            }
+            if start.end <= start.start || start.end == EventTime::MAX {
+                break;
+            }
+            start = p.pane_of(start.end);
+        }
+        out
     }
 
     /// Whether closed units are listed for [`Self::take_evictions`] (on by default; a
@@ -154,12 +204,31 @@ impl OpenWindows {
     /// `EventTime::MAX`) and returns the closed windows' final states and the changed
     /// still-open states since the last call.
     pub(crate) fn take_step(&mut self, frontier: EventTime) -> StepOutput {
-        let closed_groups = if frontier == EventTime::MAX {
+        let mut closed_groups = if frontier == EventTime::MAX {
             std::mem::take(&mut self.by_end)
         } else {
             let open = self.by_end.split_off(&(frontier + 1, EventTime::MIN));
             std::mem::replace(&mut self.by_end, open)
         };
+        // with panes, a closing window is assembled from its panes (before the panes
+        // whose last window closes go): the same states a tracked window folded
+        if let Some(p) = self.panes {
+            closed_groups = BTreeMap::new();
+            let mut closing: Vec<Window> = Vec::new();
+            for &(_, start) in self.panes_by_expiry.keys() {
+                closing.extend(
+                    p.windows_of(p.pane_of(start))
+                        .filter(|w| w.end <= frontier && w.end > self.closed_through),
+                );
+            }
+            closing.sort_unstable_by_key(|w| (w.end, w.start));
+            closing.dedup();
+            for w in closing {
+                let groups = self.assemble(p, w);
+                closed_groups.insert((w.end, w.start), groups);
+            }
+        }
+        self.closed_through = self.closed_through.max(frontier);
         let mut out = StepOutput::default();
         // panes whose last window closed are gone; report the others that changed
         let open_panes = if frontier == EventTime::MAX {
@@ -221,19 +290,22 @@ impl OpenWindows {
         out
     }
 
-    /// Number of open `(window, key)`s.
+    /// Number of open `(window, key)`s; with panes and no tracking (no window is kept),
+    /// of open `(pane, key)`s.
     pub(crate) fn len(&self) -> usize {
+        if self.panes.is_some() && !self.track {
+            return self.panes_len();
+        }
         self.by_end.values().map(HashMap::len).sum()
+    }
+
+    fn panes_len(&self) -> usize {
+        self.panes_by_expiry.values().map(HashMap::len).sum()
     }
 
     /// Number of states held: open `(window, key)`s and, with panes, open `(pane, key)`s.
     pub(crate) fn held(&self) -> usize {
-        self.len()
-            + self
-                .panes_by_expiry
-                .values()
-                .map(HashMap::len)
-                .sum::<usize>()
+        self.by_end.values().map(HashMap::len).sum::<usize>() + self.panes_len()
     }
 }
 
@@ -276,6 +348,41 @@ fn fold_states(
                 },
             );
             true
+        }
+    }
+}
+
+/// Folds the states `g` of `key` (one pane's) into `out` (a window's, `w`); an error
+/// is kept in `error`.
+fn merge_group(
+    kinds: &[AggKind],
+    out: &mut HashMap<Key, Group>,
+    key: Key,
+    g: &Group,
+    w: Window,
+    error: &mut Option<Error>,
+) {
+    match out.get_mut(&key) {
+        None => {
+            out.insert(
+                key,
+                Group {
+                    n: g.n,
+                    states: g.states.clone(),
+                },
+            );
+        }
+        Some(acc) => {
+            acc.n = acc.n.wrapping_add(g.n);
+            for (i, (state, part)) in acc.states.iter_mut().zip(&g.states).enumerate() {
+                match state.combined(kinds[i], part) {
+                    Ok(new) => *state = new,
+                    Err(e) => {
+                        *error = Some(with_context(e, w, i));
+                        return;
+                    }
+                }
+            }
         }
     }
 }
