@@ -21,6 +21,18 @@ struct Acc {
     max: f64,
 }
 
+/// The bench batch's key, value and time columns.
+fn columns(
+    b: &arrow::array::RecordBatch,
+) -> (&Int64Array, &Float64Array, &TimestampMillisecondArray) {
+    let col = |i: usize| b.column(i).as_any();
+    (
+        col(0).downcast_ref().expect("k"),
+        col(1).downcast_ref().expect("v"),
+        col(2).downcast_ref().expect("t"),
+    )
+}
+
 /// The baseline: tumbling 10 s windows, per (window, key) count/sum/max (AVG = sum/count),
 /// closing windows whose end the watermark (max − 500 ms) passed.
 fn hand_written(batches: &[arrow::array::RecordBatch]) -> usize {
@@ -28,21 +40,7 @@ fn hand_written(batches: &[arrow::array::RecordBatch]) -> usize {
     let mut max_t = i64::MIN;
     let mut emitted = 0;
     for b in batches {
-        let k = b
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .expect("k");
-        let v = b
-            .column(1)
-            .as_any()
-            .downcast_ref::<Float64Array>()
-            .expect("v");
-        let t = b
-            .column(2)
-            .as_any()
-            .downcast_ref::<TimestampMillisecondArray>()
-            .expect("t");
+        let (k, v, t) = columns(b);
         let w = max_t.saturating_sub(500);
         for i in 0..b.num_rows() {
             let ts = t.value(i);
@@ -131,21 +129,7 @@ fn hand_written_panes(batches: &[arrow::array::RecordBatch]) -> usize {
         n
     };
     for b in batches {
-        let k = b
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .expect("k");
-        let v = b
-            .column(1)
-            .as_any()
-            .downcast_ref::<Float64Array>()
-            .expect("v");
-        let t = b
-            .column(2)
-            .as_any()
-            .downcast_ref::<TimestampMillisecondArray>()
-            .expect("t");
+        let (k, v, t) = columns(b);
         let w = max_t.saturating_sub(500);
         for i in 0..b.num_rows() {
             let ts = t.value(i);
