@@ -10,8 +10,13 @@
 //! ratio recompute / incremental. Then the fixed cost: p50 per trigger with 1
 //! row per trigger.
 //!
+//! Then the other incremental shapes (issue 10) over the same stream, at
+//! tumbling 10 s and 1 h: aggregates with `FILTER (WHERE …)`, `MIN`/`MAX`
+//! of a timestamp, and `SELECT DISTINCT`.
+//!
 //! `THUND_SWEEP_ROWS` sets the rows per run (default 1 000 000);
-//! `THUND_SWEEP_ONLY=<substring>` runs only the windows whose name contains it;
+//! `THUND_SWEEP_ONLY=<substring>` runs only the rows whose name (shape and
+//! window, as printed) contains it;
 //! `THUND_SWEEP_PER=1000` only that trigger size; `THUND_SWEEP_PATH=incremental`
 //! (or `recompute`) only that path, for a profile of it.
 
@@ -30,6 +35,23 @@ use rng::SplitMix;
 
 const SQL: &str = "SELECT auction, COUNT(*) AS bids, SUM(price) AS volume, AVG(price) AS mean, \
                    MAX(price) AS high FROM bids GROUP BY auction";
+
+/// The other shapes, by name, run at tumbling 10 s and 1 h.
+const SHAPES: &[(&str, &str)] = &[
+    (
+        "filtered counts",
+        "SELECT auction, COUNT(*) AS bids, COUNT(*) FILTER (WHERE price < 1000) AS cheap, \
+         SUM(price) FILTER (WHERE price >= 9000) AS dear FROM bids GROUP BY auction",
+    ),
+    (
+        "min/max of a timestamp",
+        "SELECT auction, MIN(ts) AS first, MAX(ts) AS last FROM bids GROUP BY auction",
+    ),
+    (
+        "select distinct",
+        "SELECT DISTINCT auction, price / 1000 AS band FROM bids",
+    ),
+];
 const AUCTIONS: u64 = 200;
 
 fn schema() -> SchemaRef {
@@ -63,10 +85,10 @@ fn batch(from: usize, n: usize) -> RecordBatch {
     .expect("bench batch")
 }
 
-fn engine(window: &WindowSpec, mode: ExecMode) -> Engine {
+fn engine(sql: &str, window: &WindowSpec, mode: ExecMode) -> Engine {
     let mut e = Engine::builder().build().expect("engine");
     e.create_view(
-        ViewSpec::builder("v", SQL)
+        ViewSpec::builder("v", sql)
             .source("bids", "ts", schema())
             .window(window.clone())
             .allowed_lateness(Duration::from_millis(500))
@@ -80,8 +102,13 @@ fn engine(window: &WindowSpec, mode: ExecMode) -> Engine {
 }
 
 /// Times per trigger over the second half of a run of `rows` rows.
-fn run(window: &WindowSpec, mode: ExecMode, rows: usize, per: usize) -> Vec<Duration> {
-    let mut e = engine(window, mode);
+fn run(sql: &str, window: &WindowSpec, mode: ExecMode, rows: usize, per: usize) -> Vec<Duration> {
+    let mut e = engine(sql, window, mode);
+    let want = match mode {
+        ExecMode::Auto => thund::PathKind::Incremental,
+        _ => thund::PathKind::Recompute,
+    };
+    assert_eq!(e.plan("v").expect("plan").path(), want, "{sql}");
     let triggers = rows / per;
     let mut times = Vec::with_capacity(triggers / 2 + 1);
     for i in 0..triggers {
@@ -126,7 +153,19 @@ fn main() {
         "| window | rows/trigger | incremental p50 | p99 | recompute p50 | p99 | recompute / incremental (p50) |"
     );
     println!("|---|---|---|---|---|---|---|");
-    for (name, w) in &windows {
+    let mut rows_run: Vec<(String, &str, &WindowSpec)> = windows
+        .iter()
+        .map(|(name, w)| (name.to_string(), SQL, w))
+        .collect();
+    for (shape, sql) in SHAPES {
+        for (name, w) in windows
+            .iter()
+            .filter(|(n, _)| *n == "tumbling 10 s" || *n == "tumbling 1 h")
+        {
+            rows_run.push((format!("{shape}, {name}"), *sql, w));
+        }
+    }
+    for (name, sql, w) in &rows_run {
         if !name.contains(only.as_str()) {
             continue;
         }
@@ -136,7 +175,7 @@ fn main() {
             }
             let runs = |mode, name| {
                 if path.is_empty() || path == name {
-                    run(w, mode, rows, per)
+                    run(sql, w, mode, rows, per)
                 } else {
                     vec![Duration::from_nanos(1)]
                 }
@@ -158,7 +197,7 @@ fn main() {
     let w = WindowSpec::tumbling(s(10));
     let mut fixed = Vec::new();
     for mode in [ExecMode::Auto, ExecMode::Recompute] {
-        let mut t = run(&w, mode, 4_000, 1);
+        let mut t = run(SQL, &w, mode, 4_000, 1);
         fixed.push(pct(&mut t, 0.5));
     }
     println!(

@@ -14,7 +14,7 @@ use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 use thund_dataflows::AggKind;
 
-use super::shape::Shape;
+use super::shape::{has_subquery, Shape};
 use super::FallbackReason;
 use crate::window::TimeWindows;
 
@@ -45,6 +45,9 @@ pub struct AggregateSpec {
     pub input_type: String,
     /// The result's type.
     pub output_type: String,
+    /// `FILTER (WHERE …)`: the rows it folds, if not all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
 }
 
 /// A grouped (or global) aggregate over one source and tumbling or hopping
@@ -95,11 +98,11 @@ impl std::fmt::Display for AggregatePlan {
             writeln!(f, "  key:  {k} : {t}")?;
         }
         for a in &self.aggregates {
-            writeln!(
-                f,
-                "  agg:  {:?}({}) : {} -> {}",
-                a.func, a.arg, a.input_type, a.output_type
-            )?;
+            write!(f, "  agg:  {:?}({})", a.func, a.arg)?;
+            if let Some(w) = &a.filter {
+                write!(f, " FILTER (WHERE {w})")?;
+            }
+            writeln!(f, " : {} -> {}", a.input_type, a.output_type)?;
         }
         if let Some(h) = &self.having {
             writeln!(f, "  post: HAVING {h}")?;
@@ -116,6 +119,9 @@ pub(crate) struct CompiledAgg {
     pub func: AggFunc,
     pub kind: AggKind,
     pub arg: Arc<dyn PhysicalExpr>,
+    /// `FILTER (WHERE …)`, on source batches: rows where it is not true do
+    /// not feed this aggregate (they still make their group exist).
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
     pub input_type: DataType,
     pub output_type: DataType,
 }
@@ -142,8 +148,12 @@ pub(crate) struct CompiledAggregate {
     pub query_schema: SchemaRef,
 }
 
-/// The function, checked: one argument, no DISTINCT/FILTER/ORDER BY, a supported type.
-fn agg_func(e: &Expr, input: &DFSchema) -> Result<(AggFunc, Expr, DataType), FallbackReason> {
+/// A checked aggregate call: its function, argument, the argument's type and
+/// its `FILTER (WHERE …)`.
+type AggCall = (AggFunc, Expr, DataType, Option<Expr>);
+
+/// The function, checked: one argument, no DISTINCT or ORDER BY, a supported type.
+fn agg_func(e: &Expr, input: &DFSchema) -> Result<AggCall, FallbackReason> {
     let inner = match e {
         Expr::Alias(a) => a.expr.as_ref(),
         other => other,
@@ -158,7 +168,7 @@ fn agg_func(e: &Expr, input: &DFSchema) -> Result<(AggFunc, Expr, DataType), Fal
     if p.distinct {
         return Err(FallbackReason::DistinctAggregate { func: name });
     }
-    if p.filter.is_some() || !p.order_by.is_empty() {
+    if !p.order_by.is_empty() {
         return Err(FallbackReason::FilteredOrOrderedAggregate {
             expr: e.to_string(),
         });
@@ -181,15 +191,15 @@ fn agg_func(e: &Expr, input: &DFSchema) -> Result<(AggFunc, Expr, DataType), Fal
         .map_err(|err| FallbackReason::CannotCompile {
             detail: format!("the type of `{arg}`: {err}"),
         })?;
+    let number = dt.is_integer()
+        || matches!(
+            dt,
+            DataType::Float32 | DataType::Float64 | DataType::Decimal128(_, _)
+        );
     let ok = match func {
         AggFunc::Count => true,
-        _ => {
-            dt.is_integer()
-                || matches!(
-                    dt,
-                    DataType::Float32 | DataType::Float64 | DataType::Decimal128(_, _)
-                )
-        }
+        AggFunc::Sum | AggFunc::Avg => number,
+        AggFunc::Min | AggFunc::Max => number || ordered_as_integer(&dt),
     };
     if !ok {
         return Err(FallbackReason::UnsupportedArgumentType {
@@ -197,12 +207,33 @@ fn agg_func(e: &Expr, input: &DFSchema) -> Result<(AggFunc, Expr, DataType), Fal
             data_type: dt.to_string(),
         });
     }
-    Ok((func, arg.clone(), dt))
+    Ok((func, arg.clone(), dt, p.filter.as_deref().cloned()))
+}
+
+/// The types whose order is the order of their integer representation, so
+/// `MIN`/`MAX` keep them as integers: booleans (`false < true`), dates,
+/// times, timestamps (in any time zone: the instant is what is compared) and
+/// durations.
+pub(crate) fn ordered_as_integer(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Boolean
+            | DataType::Date32
+            | DataType::Date64
+            | DataType::Time32(_)
+            | DataType::Time64(_)
+            | DataType::Timestamp(_, _)
+            | DataType::Duration(_)
+    )
 }
 
 /// How errors name an aggregate: the SQL function in upper case and its argument.
 pub(crate) fn aggregate_name(a: &AggregateSpec) -> String {
-    format!("{}({})", format!("{:?}", a.func).to_uppercase(), a.arg)
+    let call = format!("{}({})", format!("{:?}", a.func).to_uppercase(), a.arg);
+    match &a.filter {
+        Some(w) => format!("{call} FILTER (WHERE {w})"),
+        None => call,
+    }
 }
 
 /// The dataflow state that maintains `func` over `dt`.
@@ -287,19 +318,24 @@ pub(super) fn compile(
     let mut aggs = Vec::new();
     let mut agg_desc = Vec::new();
     for (i, e) in s.aggregate.aggr_expr.iter().enumerate() {
-        let (func, arg, input_type) = agg_func(e, input)?;
+        let (func, arg, input_type, filter) = agg_func(e, input)?;
+        if filter.as_ref().is_some_and(has_subquery) {
+            return Err(FallbackReason::SubqueryInPredicate);
+        }
         let output_type = agg_schema.field(n_keys + i).data_type().clone();
         agg_desc.push(AggregateSpec {
             func,
             arg: arg.to_string(),
             input_type: input_type.to_string(),
             output_type: output_type.to_string(),
+            filter: filter.as_ref().map(|f| f.to_string()),
         });
         aggs.push(CompiledAgg {
             name: aggregate_name(&agg_desc[agg_desc.len() - 1]),
             func,
             kind: kind_of(func, &input_type),
             arg: phys(&arg, input)?,
+            filter: filter.as_ref().map(|f| phys(f, input)).transpose()?,
             input_type,
             output_type,
         });

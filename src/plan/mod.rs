@@ -16,8 +16,8 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 
+pub(crate) use aggregate::{ordered_as_integer, CompiledAgg, CompiledAggregate};
 pub use aggregate::{AggFunc, AggregatePlan, AggregateSpec};
-pub(crate) use aggregate::{CompiledAgg, CompiledAggregate};
 
 use crate::spec::{ExecMode, ViewSpec};
 use crate::window::TimeWindows;
@@ -106,7 +106,8 @@ pub enum FallbackReason {
         /// The function, upper-case.
         func: String,
     },
-    /// An aggregate with `FILTER (WHERE …)` or `ORDER BY`.
+    /// An aggregate with `ORDER BY` inside its call (`FILTER (WHERE …)` is
+    /// incremental; the name is kept for compatibility).
     FilteredOrOrderedAggregate {
         /// The aggregate expression.
         expr: String,
@@ -161,7 +162,7 @@ impl std::fmt::Display for FallbackReason {
             FilteredOrOrderedAggregate { expr } => {
                 write!(
                     f,
-                    "`{expr}` has FILTER or ORDER BY, which are not incremental"
+                    "`{expr}` orders its input (ORDER BY), which is not incremental"
                 )
             }
             UnsupportedAggregate { func } => write!(f, "aggregate {func} is not incremental"),
@@ -258,6 +259,9 @@ pub(crate) fn plan_view(
     if spec.sources.len() != 1 {
         return Planned::recompute(FallbackReason::SeveralSources);
     }
+    // `SELECT DISTINCT e, …` is `GROUP BY e, …` without aggregates
+    let grouped = shape::distinct_as_grouping(logical);
+    let logical = grouped.as_ref().unwrap_or(logical);
     let compiled = shape::shape(logical).and_then(|s| {
         aggregate::compile(
             &spec.sources[0].name,

@@ -1,8 +1,11 @@
 //! The one logical-plan shape the incremental path takes today:
-//! `Projection? → Filter(HAVING)? → Aggregate → (Filter | SubqueryAlias)* → TableScan`.
+//! `Projection? → Filter(HAVING)? → Aggregate → (Filter | SubqueryAlias)* → TableScan`
+//! (`SELECT DISTINCT` is first rewritten as the `GROUP BY` it means).
 
 use datafusion::common::tree_node::TreeNode;
-use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan};
+use std::sync::Arc;
+
+use datafusion::logical_expr::{Aggregate, Distinct, Expr, LogicalPlan, Projection};
 
 use super::{Construct, FallbackReason};
 
@@ -18,7 +21,7 @@ pub(crate) struct Shape<'a> {
     pub filters: Vec<&'a Expr>,
 }
 
-fn has_subquery(e: &Expr) -> bool {
+pub(crate) fn has_subquery(e: &Expr) -> bool {
     e.exists(|x| {
         Ok(matches!(
             x,
@@ -40,6 +43,32 @@ fn construct(p: &LogicalPlan) -> Construct {
         LogicalPlan::Subquery(_) => Construct::Subquery,
         other => Construct::Other(other.display().to_string()),
     }
+}
+
+/// `SELECT DISTINCT e1, e2 … FROM …` as the plan of `SELECT e1, e2 … FROM …
+/// GROUP BY e1, e2 …` (an aggregate without aggregate functions, whose select
+/// list shows its keys under their names); `None` for any other plan, or if
+/// DataFusion refuses the grouping (it is then judged as written).
+pub(crate) fn distinct_as_grouping(plan: &LogicalPlan) -> Option<LogicalPlan> {
+    let LogicalPlan::Distinct(Distinct::All(input)) = plan else {
+        return None;
+    };
+    let LogicalPlan::Projection(pr) = input.as_ref() else {
+        return None;
+    };
+    let keys: Vec<Expr> = pr.expr.iter().map(|e| e.clone().unalias()).collect();
+    let aggregate = Aggregate::try_new(pr.input.clone(), keys, Vec::new()).ok()?;
+    // the select list over the aggregate: each key, under its output name
+    let select = pr
+        .expr
+        .iter()
+        .zip(aggregate.schema.columns())
+        .zip(pr.schema.fields())
+        .map(|((_, c), f)| Expr::Column(c).alias(f.name()))
+        .collect();
+    Projection::try_new(select, Arc::new(LogicalPlan::Aggregate(aggregate)))
+        .ok()
+        .map(LogicalPlan::Projection)
 }
 
 /// Split a logical plan into the supported shape, or say why not.

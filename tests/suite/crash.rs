@@ -129,7 +129,8 @@ fn crash_until_done(sql: &str, mode: &str, output: &str, seed: u64) {
 #[test]
 fn killed_incremental_runs_resume_exactly() {
     crash_until_done(
-        "SELECT auction, COUNT(*) AS bids, SUM(price) AS volume, MAX(price) AS top FROM bids GROUP BY auction",
+        "SELECT auction, COUNT(*) AS bids, SUM(price) AS volume, MAX(price) AS top, \
+         COUNT(*) FILTER (WHERE price < 50) AS cheap, MAX(ts) AS last FROM bids GROUP BY auction",
         "auto",
         "update",
         1,

@@ -28,6 +28,15 @@ const QUERIES: &[&str] = &[
     "SELECT MAX(v) AS mx, k FROM t GROUP BY k HAVING MAX(v) > 0 AND COUNT(*) >= 2",
     "SELECT CAST(ts AS DATE) AS day, date_trunc('second', ts) AS sec, COUNT(*) AS c, AVG(v) AS a \
      FROM t GROUP BY CAST(ts AS DATE), date_trunc('second', ts)",
+    // MIN/MAX over timestamps, booleans (NULL where v is) and dates
+    "SELECT k, MIN(ts) AS first, MAX(ts + INTERVAL '1 second') AS last1, MIN(v > 0) AS all_pos, MAX(f > 10.0) AS any_big, \
+     MAX(CAST(ts AS DATE)) AS day FROM t GROUP BY k",
+    // FILTER (WHERE …): groups exist for every row, each aggregate folds its own rows
+    "SELECT g, COUNT(*) AS c, COUNT(*) FILTER (WHERE v < 0) AS neg, SUM(v) FILTER (WHERE f > 10) AS sv, \
+     AVG(f) FILTER (WHERE k = 1) AS af, MAX(ts) FILTER (WHERE v IS NULL) AS mt, SUM(v) AS s, \
+     MIN(d) FILTER (WHERE v > 0) AS md FROM t GROUP BY g",
+    "SELECT DISTINCT k % 3 AS k3, g FROM t WHERE v IS NOT NULL",
+    "SELECT k, g FROM t GROUP BY k, g HAVING k > 1",
 ];
 
 #[derive(Clone, Debug)]

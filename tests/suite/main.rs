@@ -20,6 +20,7 @@ mod late_and_idle;
 mod law_incremental;
 mod law_recompute;
 mod law_special_values;
+mod ordered_types;
 mod recovery;
 mod routing;
 mod sessions;

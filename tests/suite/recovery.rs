@@ -41,6 +41,13 @@ const SHAPES: &[(&str, &str, ExecMode)] = &[
         "session",
         ExecMode::Auto,
     ),
+    (
+        "SELECT g, COUNT(*) FILTER (WHERE v < 0) AS neg, MIN(ts) AS first, MAX(v > 0) AS any_pos \
+         FROM t GROUP BY g",
+        "hop",
+        ExecMode::Auto,
+    ),
+    ("SELECT DISTINCT k, g FROM t", "tumble", ExecMode::Auto),
 ];
 
 static CASE: AtomicUsize = AtomicUsize::new(0);

@@ -30,6 +30,16 @@ fn table() -> Vec<(&'static str, Option<Why>)> {
         ),
         ("SELECT k, g, COUNT(v) AS c FROM a GROUP BY k, g", None),
         (
+            "SELECT k, COUNT(*) FILTER (WHERE v < 0) AS neg, SUM(v) FILTER (WHERE f > 10) AS s FROM a GROUP BY k",
+            None,
+        ),
+        (
+            "SELECT g, MAX(ts) AS last, MAX(v > 0) AS any_pos, MIN(CAST(ts AS DATE)) AS day FROM a GROUP BY g",
+            None,
+        ),
+        ("SELECT DISTINCT k, g FROM a", None),
+        ("SELECT k FROM a WHERE v > 0 GROUP BY k", None),
+        (
             "SELECT a.k, COUNT(*) AS n FROM a JOIN b ON a.k = b.k GROUP BY a.k",
             Some(Why::SeveralSources),
         ),
@@ -54,8 +64,15 @@ fn table() -> Vec<(&'static str, Option<Why>)> {
             Some(Why::SubqueryInPredicate),
         ),
         (
-            "SELECT DISTINCT k, g FROM a",
-            Some(Why::Uses(Construct::Distinct)),
+            "SELECT DISTINCT k FROM a ORDER BY k",
+            Some(Why::Uses(Construct::OrderBy)),
+        ),
+        (
+            "SELECT DISTINCT k, n FROM (SELECT k, COUNT(*) AS n FROM a GROUP BY k) s",
+            // judged as the GROUP BY it is: over another aggregate's projection
+            Some(Why::AggregateReads(Construct::Other(s(
+                "Projection: a.k, count(Int64(1)) AS count(*) AS n",
+            )))),
         ),
         ("SELECT k, v FROM a WHERE v > 0", Some(Why::NoAggregate)),
         (

@@ -7,12 +7,14 @@
 //! argument column into the slots' states, reading the Arrow array directly.
 
 use arrow::array::{
-    Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, UInt64Array,
+    make_array, Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array,
+    RecordBatch, UInt64Array,
 };
 use arrow::buffer::NullBuffer;
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
 use arrow::row::Rows;
+use datafusion::physical_expr::PhysicalExpr;
 use rustc_hash::FxHashMap;
 use thund_dataflows::{AggKind, AggState, Panes, Value};
 
@@ -418,6 +420,28 @@ fn fold_arg(
     }
 }
 
+/// The rows of `batch` where a predicate (`what`: WHERE, FILTER) is true —
+/// not false, not null — as a validity mask.
+fn true_rows(
+    view: &str,
+    what: &str,
+    predicate: &dyn PhysicalExpr,
+    batch: &RecordBatch,
+) -> Result<NullBuffer> {
+    let m = predicate
+        .evaluate(batch)
+        .and_then(|c| c.into_array(batch.num_rows()))
+        .map_err(|e| Error::eval(view, e))?;
+    let m = m.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| {
+        Error::internal(view, format!("{what} did not evaluate to a boolean array"))
+    })?;
+    let values = match m.nulls() {
+        None => m.values().clone(),
+        Some(n) => m.values() & n.inner(),
+    };
+    Ok(NullBuffer::new(values))
+}
+
 /// One more input in a count: an overflow is an error, never a wrap.
 #[inline]
 fn bump(kind: AggKind, count: &mut i64) -> std::result::Result<(), thund_dataflows::Error> {
@@ -489,13 +513,27 @@ fn fold_ints(
 }
 
 impl IncrementalView {
-    /// An aggregate's argument column, typed for the fold.
-    fn arg(&self, a: &CompiledAgg, arr: ArrayRef) -> Result<Arg> {
+    /// An aggregate's argument column, typed for the fold. With `only` (its
+    /// `FILTER`'s true rows, as validity), the other rows are null to it: no
+    /// aggregate folds a null, so they feed nothing.
+    fn arg(&self, a: &CompiledAgg, arr: ArrayRef, only: Option<NullBuffer>) -> Result<Arg> {
         let wrong =
             |what: &str| Error::internal(&self.view, format!("an aggregate argument {what}"));
         if a.kind == AggKind::Count {
-            return Ok(Arg::Count(arr.logical_nulls()));
+            return Ok(Arg::Count(NullBuffer::union(
+                arr.logical_nulls().as_ref(),
+                only.as_ref(),
+            )));
         }
+        let arr = match only {
+            None => arr,
+            Some(only) => {
+                let data = arr.to_data();
+                let nulls = NullBuffer::union(data.nulls(), Some(&only));
+                // the same values, with fewer of them valid
+                make_array(data.into_builder().nulls(nulls).build()?)
+            }
+        };
         Ok(match &a.input_type {
             // canonical once per column (`-0.0` as `0.0`, one NaN), not per row
             DataType::Float32 | DataType::Float64 => Arg::Float(
@@ -551,15 +589,9 @@ impl IncrementalView {
             let n = batch.num_rows();
             let mut pass = vec![true; n];
             for f in &self.plan.filters {
-                let m = f
-                    .evaluate(batch)
-                    .and_then(|c| c.into_array(n))
-                    .map_err(|e| Error::eval(&view, e))?;
-                let m = m.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| {
-                    Error::internal(&view, "WHERE did not evaluate to a boolean array")
-                })?;
+                let m = true_rows(&view, "WHERE", f.as_ref(), batch)?;
                 for (i, p) in pass.iter_mut().enumerate() {
-                    *p &= m.is_valid(i) && m.value(i);
+                    *p &= m.is_valid(i);
                 }
             }
             let key_rows = match &self.converter {
@@ -589,7 +621,12 @@ impl IncrementalView {
                     .evaluate(batch)
                     .and_then(|c| c.into_array(n))
                     .map_err(|e| Error::eval(&view, e))?;
-                args.push(self.arg(a, arr)?);
+                let only = a
+                    .filter
+                    .as_ref()
+                    .map(|f| true_rows(&view, "FILTER", f.as_ref(), batch))
+                    .transpose()?;
+                args.push(self.arg(a, arr, only)?);
             }
             // each shard's rows, found once (a global aggregate's rows are all shard 0's)
             let mut rows_of: Vec<Vec<usize>> = Vec::new();

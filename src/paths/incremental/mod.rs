@@ -61,8 +61,8 @@ fn key_converter(plan: &CompiledAggregate) -> Result<Option<RowConverter>> {
     Ok(Some(RowConverter::new(fields)?))
 }
 
-/// Which aggregates fold the same state: same kind, same argument (`SUM(v)`
-/// and `AVG(v)` both keep `(count, sum)` of `v`). The host folds each distinct
+/// Which aggregates fold the same state: same kind, same argument, same
+/// `FILTER` (`SUM(v)` and `AVG(v)` both keep `(count, sum)` of `v`). The host folds each distinct
 /// state once per row and hands it to every aggregate that shares it.
 struct Folds {
     /// The first aggregate of each distinct state, in plan order.
@@ -81,7 +81,13 @@ impl Folds {
             .map(|(j, a)| {
                 let same = |&d: &usize| {
                     let b = &plan.aggs[d];
-                    b.kind == a.kind && b.arg.as_ref() == a.arg.as_ref()
+                    b.kind == a.kind
+                        && b.arg.as_ref() == a.arg.as_ref()
+                        && match (&b.filter, &a.filter) {
+                            (None, None) => true,
+                            (Some(x), Some(y)) => x.as_ref() == y.as_ref(),
+                            _ => false,
+                        }
                 };
                 first.iter().position(same).unwrap_or_else(|| {
                     first.push(j);

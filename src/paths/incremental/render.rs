@@ -15,7 +15,7 @@ use thund_dataflows::{Update, Value};
 use super::keys::KeyBytes;
 use super::IncrementalView;
 use crate::error::{Error, Result};
-use crate::plan::{AggFunc, CompiledAgg};
+use crate::plan::{ordered_as_integer, AggFunc, CompiledAgg};
 use crate::time::{bound_array, EventTime};
 
 impl IncrementalView {
@@ -155,6 +155,21 @@ impl IncrementalView {
                 Decimal128Array::from_iter(updates.iter().map(|u| int(&st(u).value)))
                     .with_precision_and_scale(*p, *s)?,
             ),
+            (_, dt) if ordered_as_integer(dt) => {
+                // MIN/MAX of a type kept as its integer representation: every
+                // state is one of the inputs, so it fits its type again
+                let v: ArrayRef = Arc::new(Int64Array::from_iter(
+                    updates
+                        .iter()
+                        .map(|u| int(&st(u).value).and_then(|i| i64::try_from(i).ok())),
+                ));
+                let v = match dt {
+                    // 32-bit types: arrow casts them from Int32 only
+                    DataType::Date32 | DataType::Time32(_) => cast(&v, &DataType::Int32)?,
+                    _ => v,
+                };
+                cast(&v, dt)?
+            }
             (_, dt) => {
                 // integers: exact, and an error instead of a wrap when the result type cannot hold it
                 let (lo, hi) = integer_range(dt)
