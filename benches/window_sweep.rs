@@ -12,7 +12,7 @@
 //!
 //! Then the other incremental shapes (issue 10) over the same stream, at
 //! tumbling 10 s and 1 h: aggregates with `FILTER (WHERE …)`, `MIN`/`MAX`
-//! of a timestamp, and `SELECT DISTINCT`.
+//! of a timestamp, `COUNT(DISTINCT …)` and `SELECT DISTINCT`.
 //!
 //! `THUND_SWEEP_ROWS` sets the rows per run (default 1 000 000);
 //! `THUND_SWEEP_ONLY=<substring>` runs only the rows whose name (shape and
@@ -46,6 +46,11 @@ const SHAPES: &[(&str, &str)] = &[
     (
         "min/max of a timestamp",
         "SELECT auction, MIN(ts) AS first, MAX(ts) AS last FROM bids GROUP BY auction",
+    ),
+    (
+        "distinct counts",
+        "SELECT auction, COUNT(*) AS bids, COUNT(DISTINCT price / 100) AS bands FROM bids \
+         GROUP BY auction",
     ),
     (
         "select distinct",

@@ -48,6 +48,9 @@ pub struct AggregateSpec {
     /// `FILTER (WHERE …)`: the rows it folds, if not all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
+    /// `COUNT(DISTINCT …)`: counts distinct non-NULL values.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub distinct: bool,
 }
 
 /// A grouped (or global) aggregate over one source and tumbling or hopping
@@ -97,8 +100,16 @@ impl std::fmt::Display for AggregatePlan {
         for (k, t) in &self.keys {
             writeln!(f, "  key:  {k} : {t}")?;
         }
+        if let Some(d) = self.aggregates.iter().find(|a| a.distinct) {
+            writeln!(
+                f,
+                "  state: by group and distinct {} : {}, merged per group on output",
+                d.arg, d.input_type
+            )?;
+        }
         for a in &self.aggregates {
-            write!(f, "  agg:  {:?}({})", a.func, a.arg)?;
+            let distinct = if a.distinct { "DISTINCT " } else { "" };
+            write!(f, "  agg:  {:?}({distinct}{})", a.func, a.arg)?;
             if let Some(w) = &a.filter {
                 write!(f, " FILTER (WHERE {w})")?;
             }
@@ -122,6 +133,10 @@ pub(crate) struct CompiledAgg {
     /// `FILTER (WHERE …)`, on source batches: rows where it is not true do
     /// not feed this aggregate (they still make their group exist).
     pub filter: Option<Arc<dyn PhysicalExpr>>,
+    /// `COUNT(DISTINCT arg)`: the dataflow keeps the count of `arg` per
+    /// group and value of `arg` (the plan's last key); the output counts the
+    /// values whose count is positive.
+    pub distinct: bool,
     pub input_type: DataType,
     pub output_type: DataType,
 }
@@ -134,8 +149,13 @@ pub(crate) struct CompiledAggregate {
     pub bound: DataType,
     /// WHERE predicates, on source batches.
     pub filters: Vec<Arc<dyn PhysicalExpr>>,
-    /// Group keys, on source batches.
+    /// The dataflow's keys, on source batches: the group keys, then the
+    /// argument of `COUNT(DISTINCT …)` if there is one.
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Their fields (names and types).
+    pub key_fields: Vec<Field>,
+    /// How many of `keys` are group keys (all but a DISTINCT argument).
+    pub group_keys: usize,
     /// The aggregates, in the Aggregate node's order.
     pub aggs: Vec<CompiledAgg>,
     /// The Aggregate node's output: keys, then aggregates (all nullable).
@@ -150,7 +170,7 @@ pub(crate) struct CompiledAggregate {
 
 /// A checked aggregate call: its function, argument, the argument's type and
 /// its `FILTER (WHERE …)`.
-type AggCall = (AggFunc, Expr, DataType, Option<Expr>);
+type AggCall = (AggFunc, Expr, DataType, Option<Expr>, bool);
 
 /// The function, checked: one argument, no DISTINCT or ORDER BY, a supported type.
 fn agg_func(e: &Expr, input: &DFSchema) -> Result<AggCall, FallbackReason> {
@@ -165,7 +185,8 @@ fn agg_func(e: &Expr, input: &DFSchema) -> Result<AggCall, FallbackReason> {
     };
     let name = af.func.name().to_ascii_uppercase();
     let p = &af.params;
-    if p.distinct {
+    // COUNT(DISTINCT x) is kept per value of x; MIN/MAX(DISTINCT x) are MIN/MAX(x)
+    if p.distinct && !matches!(name.as_str(), "COUNT" | "MIN" | "MAX") {
         return Err(FallbackReason::DistinctAggregate { func: name });
     }
     if !p.order_by.is_empty() {
@@ -207,7 +228,14 @@ fn agg_func(e: &Expr, input: &DFSchema) -> Result<AggCall, FallbackReason> {
             data_type: dt.to_string(),
         });
     }
-    Ok((func, arg.clone(), dt, p.filter.as_deref().cloned()))
+    let distinct = p.distinct && func == AggFunc::Count;
+    Ok((
+        func,
+        arg.clone(),
+        dt,
+        p.filter.as_deref().cloned(),
+        distinct,
+    ))
 }
 
 /// The types whose order is the order of their integer representation, so
@@ -229,7 +257,12 @@ pub(crate) fn ordered_as_integer(dt: &DataType) -> bool {
 
 /// How errors name an aggregate: the SQL function in upper case and its argument.
 pub(crate) fn aggregate_name(a: &AggregateSpec) -> String {
-    let call = format!("{}({})", format!("{:?}", a.func).to_uppercase(), a.arg);
+    let distinct = if a.distinct { "DISTINCT " } else { "" };
+    let call = format!(
+        "{}({distinct}{})",
+        format!("{:?}", a.func).to_uppercase(),
+        a.arg
+    );
     match &a.filter {
         Some(w) => format!("{call} FILTER (WHERE {w})"),
         None => call,
@@ -307,6 +340,9 @@ pub(super) fn compile(
         key_desc.push((g.to_string(), dt.to_string()));
     }
     let n_keys = keys.len();
+    let mut key_fields: Vec<Field> = (0..n_keys)
+        .map(|i| s.aggregate.schema.field(i).as_ref().clone())
+        .collect();
     let agg_schema: SchemaRef = Arc::new(Schema::new(
         s.aggregate
             .schema
@@ -317,8 +353,20 @@ pub(super) fn compile(
     ));
     let mut aggs = Vec::new();
     let mut agg_desc = Vec::new();
+    let mut distinct_arg: Option<(Expr, DataType)> = None;
     for (i, e) in s.aggregate.aggr_expr.iter().enumerate() {
-        let (func, arg, input_type, filter) = agg_func(e, input)?;
+        let (func, arg, input_type, filter, distinct) = agg_func(e, input)?;
+        if distinct {
+            match &distinct_arg {
+                None => distinct_arg = Some((arg.clone(), input_type.clone())),
+                Some((a, _)) if *a == arg => {}
+                Some((a, _)) => {
+                    return Err(FallbackReason::DistinctArguments {
+                        args: vec![a.to_string(), arg.to_string()],
+                    })
+                }
+            }
+        }
         if filter.as_ref().is_some_and(has_subquery) {
             return Err(FallbackReason::SubqueryInPredicate);
         }
@@ -329,6 +377,7 @@ pub(super) fn compile(
             input_type: input_type.to_string(),
             output_type: output_type.to_string(),
             filter: filter.as_ref().map(|f| f.to_string()),
+            distinct,
         });
         aggs.push(CompiledAgg {
             name: aggregate_name(&agg_desc[agg_desc.len() - 1]),
@@ -336,9 +385,20 @@ pub(super) fn compile(
             kind: kind_of(func, &input_type),
             arg: phys(&arg, input)?,
             filter: filter.as_ref().map(|f| phys(f, input)).transpose()?,
+            distinct,
             input_type,
             output_type,
         });
+    }
+    if let Some((arg, dt)) = &distinct_arg {
+        if arrow::row::RowConverter::new(vec![arrow::row::SortField::new(dt.clone())]).is_err() {
+            return Err(FallbackReason::KeyNotEncodable {
+                key: arg.to_string(),
+                data_type: dt.to_string(),
+            });
+        }
+        keys.push(phys(arg, input)?);
+        key_fields.push(Field::new(format!("distinct({arg})"), dt.clone(), true));
     }
     let filters = s
         .filters
@@ -385,6 +445,8 @@ pub(super) fn compile(
         bound,
         filters,
         keys,
+        key_fields,
+        group_keys: n_keys,
         aggs,
         agg_schema,
         having,

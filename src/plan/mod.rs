@@ -106,6 +106,11 @@ pub enum FallbackReason {
         /// The function, upper-case.
         func: String,
     },
+    /// `COUNT(DISTINCT …)` over more than one argument.
+    DistinctArguments {
+        /// Two of the arguments.
+        args: Vec<String>,
+    },
     /// An aggregate with `ORDER BY` inside its call (`FILTER (WHERE …)` is
     /// incremental; the name is kept for compatibility).
     FilteredOrOrderedAggregate {
@@ -159,6 +164,11 @@ impl std::fmt::Display for FallbackReason {
             SubqueryInPredicate => f.write_str("a predicate holds a subquery"),
             SubqueryInSelect => f.write_str("the select list holds a subquery"),
             DistinctAggregate { func } => write!(f, "{func}(DISTINCT …) is not incremental"),
+            DistinctArguments { args } => write!(
+                f,
+                "COUNT(DISTINCT …) over more than one argument ({}) is not incremental",
+                args.join(", ")
+            ),
             FilteredOrOrderedAggregate { expr } => {
                 write!(
                     f,

@@ -9,7 +9,7 @@ use crate::common::rng;
 use arrow::array::{Array, Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use rng::SplitMix;
-use thund::{Engine, ManualClock, PathKind, ViewSpec, WindowSpec};
+use thund::{Engine, ManualClock, OutputMode, PathKind, ViewSpec, WindowSpec};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -62,20 +62,47 @@ fn open_windows_without_checkpoints_are_bounded_by_open_windows_times_keys() {
     state_is_bounded_by_open_windows_times_keys(Engine::builder().build().expect("engine"));
 }
 
+/// `COUNT(DISTINCT …)` keeps one entry per group and value, in the dataflow
+/// and (Update mode) in the host's table of open groups; `SELECT DISTINCT`
+/// one per row value: both are evicted when their window closes.
+#[test]
+fn distinct_state_is_bounded_by_open_windows_times_keys_times_values() {
+    for (sql, per_key) in [
+        (
+            "SELECT k, COUNT(DISTINCT v % 4) AS dv, COUNT(*) FILTER (WHERE v < 100) AS low FROM t GROUP BY k",
+            4,
+        ),
+        ("SELECT DISTINCT k, v % 4 AS r FROM t", 4),
+    ] {
+        for mode in [OutputMode::Update, OutputMode::Append] {
+            let mut e = Engine::builder().build().expect("engine");
+            bounded(&mut e, sql, mode, per_key);
+        }
+    }
+}
+
 fn state_is_bounded_by_open_windows_times_keys(mut e: Engine) {
+    bounded(
+        &mut e,
+        "SELECT k, COUNT(*) AS c, SUM(v) AS s, MAX(v) AS m FROM t GROUP BY k",
+        OutputMode::Append,
+        1,
+    );
+}
+
+/// Runs 2 M rows through 1 s windows; the state must stay within the open
+/// windows × keys × `per_key` entries per group.
+fn bounded(e: &mut Engine, sql: &str, mode: OutputMode, per_key: usize) {
     const KEYS: u64 = 100;
     const BATCHES: usize = 200; // x 10 000 rows = 2 M rows
-    e.create_view(view(
-        "SELECT k, COUNT(*) AS c, SUM(v) AS s, MAX(v) AS m FROM t GROUP BY k",
-        WindowSpec::tumbling(Duration::from_secs(1)),
-        500,
-    ))
-    .expect("view");
+    let mut spec = view(sql, WindowSpec::tumbling(Duration::from_secs(1)), 500);
+    spec.output = mode;
+    e.create_view(spec).expect("view");
     assert_eq!(e.plan("v").expect("plan").path(), PathKind::Incremental);
     // 0.1 ms of event time per row (a batch spans 1 s) and up to 500 ms of
     // disorder; W trails the maximum by 500 ms. Open windows (end > W) then
     // hold rows from at most [W − 500 ms, W + 1.5 s): at most 4 windows of 1 s.
-    let bound = 4 * 4 * KEYS as usize; // 4 windows × keys, × 4 for records per group
+    let bound = 4 * 4 * KEYS as usize * per_key; // 4 windows × keys × entries, × 4 for records per group
     let mut r = SplitMix::new(1);
     let (mut peak, mut closed) = (0, 0u64);
     for b in 0..BATCHES {
@@ -101,7 +128,7 @@ fn state_is_bounded_by_open_windows_times_keys(mut e: Engine) {
     assert!(peak > 0);
     // without eviction the arrangement would hold every (window, key) seen: ~200 × 100
     assert!(
-        peak * 10 < BATCHES * KEYS as usize,
+        peak * 10 < BATCHES * KEYS as usize * per_key,
         "peak {peak} is not far below rows' groups"
     );
 }

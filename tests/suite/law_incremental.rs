@@ -36,6 +36,11 @@ const QUERIES: &[&str] = &[
      AVG(f) FILTER (WHERE k = 1) AS af, MAX(ts) FILTER (WHERE v IS NULL) AS mt, SUM(v) AS s, \
      MIN(d) FILTER (WHERE v > 0) AS md FROM t GROUP BY g",
     "SELECT DISTINCT k % 3 AS k3, g FROM t WHERE v IS NOT NULL",
+    // COUNT(DISTINCT …), with FILTER and beside other aggregates; NULLs not counted
+    "SELECT g, COUNT(*) AS c, COUNT(DISTINCT k) AS dk, COUNT(DISTINCT k) FILTER (WHERE v > 0) AS dkp, \
+     SUM(v) AS s, MAX(f) AS mx, AVG(d) AS ad FROM t GROUP BY g",
+    "SELECT COUNT(DISTINCT v) AS dv, AVG(f) AS af FROM t",
+    "SELECT k % 2 AS p, COUNT(DISTINCT g) AS dg FROM t GROUP BY k % 2 HAVING COUNT(DISTINCT g) > 1",
     "SELECT k, g FROM t GROUP BY k, g HAVING k > 1",
 ];
 

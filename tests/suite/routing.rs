@@ -44,8 +44,18 @@ fn table() -> Vec<(&'static str, Option<Why>)> {
             Some(Why::SeveralSources),
         ),
         (
-            "SELECT k, COUNT(DISTINCT g) AS dg FROM a GROUP BY k",
-            Some(Why::DistinctAggregate { func: s("COUNT") }),
+            "SELECT k, COUNT(DISTINCT g) AS dg, COUNT(*) FILTER (WHERE v > 0) AS pos FROM a GROUP BY k",
+            None,
+        ),
+        (
+            "SELECT k, COUNT(DISTINCT g) AS dg, COUNT(DISTINCT v) AS dv FROM a GROUP BY k",
+            Some(Why::DistinctArguments {
+                args: vec![s("a.g"), s("a.v")],
+            }),
+        ),
+        (
+            "SELECT k, SUM(DISTINCT v) AS sv FROM a GROUP BY k",
+            Some(Why::DistinctAggregate { func: s("SUM") }),
         ),
         (
             "SELECT k, v, RANK() OVER (PARTITION BY k ORDER BY v) AS r FROM a",

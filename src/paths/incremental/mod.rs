@@ -10,6 +10,7 @@
 //! node's output, and HAVING and the select list run on that batch.
 //! [`state`] is this path's checkpoint format.
 
+mod distinct;
 mod ingest;
 mod keys;
 mod render;
@@ -55,8 +56,10 @@ fn key_converter(plan: &CompiledAggregate) -> Result<Option<RowConverter>> {
     if plan.keys.is_empty() {
         return Ok(None);
     }
-    let fields = (0..plan.keys.len())
-        .map(|i| SortField::new(plan.agg_schema.field(i).data_type().clone()))
+    let fields = plan
+        .key_fields
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
         .collect();
     Ok(Some(RowConverter::new(fields)?))
 }
@@ -126,6 +129,9 @@ pub(crate) struct IncrementalView {
     folds: Folds,
     /// The host's fold buffers, kept between triggers (one per key shard).
     scratch: Vec<ingest::Groups>,
+    /// `COUNT(DISTINCT …)` in Update and Complete modes: the open entries of
+    /// each group (made at the first changes).
+    distinct: Option<distinct::DistinctGroups>,
 }
 
 impl IncrementalView {
@@ -172,6 +178,7 @@ impl IncrementalView {
             keys: Keys::new(workers),
             folds,
             scratch: Vec::new(),
+            distinct: None,
         })
     }
 }
@@ -229,15 +236,40 @@ impl ViewRuntime for IncrementalView {
             ws.dedup();
             ws.len() as u64
         };
-        let closed: Vec<&Update> = step.closed.iter().collect();
+        // COUNT(DISTINCT …): the dataflow's entries are (group, value); a
+        // group's row merges its entries (see `distinct`)
+        let distinct = self.plan.keys.len() > self.plan.group_keys;
+        let entries: Vec<&Update> = step.closed.iter().collect();
+        let merged_closed = match distinct {
+            true => self.merge_closed(&entries)?,
+            false => Vec::new(),
+        };
+        let closed: Vec<&Update> = match distinct {
+            true => merged_closed.iter().collect(),
+            false => entries,
+        };
+        let changed: Vec<&Update> = step.changed.iter().collect();
+        let merged_changed = match (distinct, self.mode) {
+            (true, OutputMode::Update | OutputMode::Complete) => self.merge_changed(&changed)?,
+            _ => Vec::new(),
+        };
+        if let Some(d) = &mut self.distinct {
+            for u in &step.closed {
+                d.close(&u.window);
+            }
+        }
         match self.mode {
             OutputMode::Append => out.batches.push(self.render(&closed, None)?),
             OutputMode::Update => {
                 // only groups whose projected row changed (the rule both paths follow)
-                let changed: Vec<&Update> = step.changed.iter().collect();
+                let (changed, groups): (Vec<&Update>, Vec<(Window, u64)>) = match distinct {
+                    true => merged_changed
+                        .iter()
+                        .map(|(u, id)| (u, (u.window, *id)))
+                        .unzip(),
+                    false => changed.iter().map(|u| (*u, (u.window, u.key))).unzip(),
+                };
                 let (rows, from) = self.render_indexed(&changed, Some(false))?;
-                let groups: Vec<(Window, u64)> =
-                    changed.iter().map(|u| (u.window, u.key)).collect();
                 out.batches.push(self.shown.changed(&groups, &rows, &from)?);
                 for u in &step.closed {
                     self.shown.close(&u.window);
@@ -245,16 +277,21 @@ impl ViewRuntime for IncrementalView {
                 out.batches.push(self.render(&closed, Some(true))?);
             }
             OutputMode::Complete => {
-                for u in &step.changed {
-                    self.open.insert((u.window, u.key), u.aggs.clone());
-                }
-                for u in &step.closed {
-                    self.open.remove(&(u.window, u.key));
+                if !distinct {
+                    for u in &step.changed {
+                        self.open.insert((u.window, u.key), u.aggs.clone());
+                    }
+                    for u in &step.closed {
+                        self.open.remove(&(u.window, u.key));
+                    }
                 }
                 let done = self.render(&closed, None)?;
                 self.closed_results.push(done);
                 out.batches.extend(self.closed_results.all());
-                let open = updates_of(&self.open);
+                let open = match distinct {
+                    true => self.merge_open()?,
+                    false => updates_of(&self.open),
+                };
                 let refs: Vec<&Update> = open.iter().collect();
                 out.batches.push(self.render(&refs, None)?);
             }
@@ -282,7 +319,11 @@ impl ViewRuntime for IncrementalView {
         let f = self.dataflow.frontier();
         RuntimeStats {
             buffered_rows: 0,
-            state_records: Some(self.dataflow.state_size()),
+            // with COUNT(DISTINCT …) in Update or Complete mode, the host
+            // also holds the open groups' entries
+            state_records: Some(
+                self.dataflow.state_size() + self.distinct.as_ref().map_or(0, |d| d.len()),
+            ),
             frontier: (f != EventTime::MIN).then_some(f),
         }
     }

@@ -41,7 +41,9 @@ impl IncrementalView {
                 .iter()
                 .map(|u| parser.parse(self.keys.bytes(u.key)))
                 .collect();
-            cols.extend(conv.convert_rows(rows)?);
+            // the group keys (a DISTINCT argument, the last key, is not shown)
+            let keys = conv.convert_rows(rows)?;
+            cols.extend(keys.into_iter().take(self.plan.group_keys));
         }
         for (j, a) in self.plan.aggs.iter().enumerate() {
             cols.push(self.column(a, updates, j)?);

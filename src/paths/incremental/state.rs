@@ -94,16 +94,16 @@ impl StateEncoder {
 
 impl IncrementalView {
     /// Schema of the exported state: `window_start`, `window_end` (ms), the
-    /// group keys decoded to their Arrow types, then per aggregate `j`:
+    /// dataflow's keys decoded to their Arrow types (the group keys, then a
+    /// `COUNT(DISTINCT …)` argument), then per aggregate `j`:
     /// `agg{j}_count` (non-NULL inputs), `agg{j}_int` (integer or scaled
     /// decimal accumulator) and `agg{j}_float` (float accumulator).
     fn state_schema(&self) -> SchemaRef {
-        let n_keys = self.plan.keys.len();
         let mut fields = vec![
             Field::new("window_start", DataType::Int64, false),
             Field::new("window_end", DataType::Int64, false),
         ];
-        fields.extend((0..n_keys).map(|i| self.plan.agg_schema.field(i).clone()));
+        fields.extend(self.plan.key_fields.iter().cloned());
         for j in 0..self.plan.aggs.len() {
             fields.push(Field::new(format!("agg{j}_count"), DataType::Int64, false));
             fields.push(Field::new(
@@ -251,8 +251,10 @@ impl IncrementalView {
             .into_iter()
             .map(|((window, key), aggs)| Update { window, key, aggs })
             .collect();
-        if self.mode == OutputMode::Complete {
-            self.open = match self.config.panes {
+        let distinct = self.plan.keys.len() > self.plan.group_keys;
+        self.distinct = None;
+        if self.mode == OutputMode::Complete || (distinct && self.mode == OutputMode::Update) {
+            let open = match self.config.panes {
                 None => updates
                     .iter()
                     .map(|u| ((u.window, u.key), u.aggs.clone()))
@@ -276,7 +278,14 @@ impl IncrementalView {
                     open
                 }
             };
-            self.closed_results = ClosedResults::restored(closed);
+            if distinct {
+                self.restore_distinct(&open)?;
+            } else {
+                self.open = open;
+            }
+            if self.mode == OutputMode::Complete {
+                self.closed_results = ClosedResults::restored(closed);
+            }
         }
         let at = w.unwrap_or(EventTime::MIN);
         self.dataflow =
