@@ -12,7 +12,7 @@
 //!
 //! Then the other incremental shapes (issue 10) over the same stream, at
 //! tumbling 10 s and 1 h: aggregates with `FILTER (WHERE …)`, `MIN`/`MAX`
-//! of a timestamp, `COUNT(DISTINCT …)` and `SELECT DISTINCT`.
+//! of a timestamp and of a string, `COUNT(DISTINCT …)` and `SELECT DISTINCT`.
 //!
 //! `THUND_SWEEP_ROWS` sets the rows per run (default 1 000 000);
 //! `THUND_SWEEP_ONLY=<substring>` runs only the rows whose name (shape and
@@ -51,6 +51,11 @@ const SHAPES: &[(&str, &str)] = &[
         "distinct counts",
         "SELECT auction, COUNT(*) AS bids, COUNT(DISTINCT price / 100) AS bands FROM bids \
          GROUP BY auction",
+    ),
+    (
+        "min/max of a string",
+        "SELECT auction % 20 AS a20, MIN(CAST(price AS VARCHAR)) AS lo, \
+         MAX(CAST(price AS VARCHAR)) AS hi FROM bids GROUP BY auction % 20",
     ),
     (
         "select distinct",

@@ -69,6 +69,10 @@ pub struct AggregatePlan {
     pub keys: Vec<(String, String)>,
     /// The aggregates, in the order of the Aggregate node.
     pub aggregates: Vec<AggregateSpec>,
+    /// The argument kept per value (`COUNT(DISTINCT x)`, `MIN`/`MAX` of a
+    /// string), with its type: the dataflow's state is by group and value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_key: Option<(String, String)>,
     /// The HAVING predicate, if any.
     pub having: Option<String>,
     /// The output columns, as expressions over keys and aggregates.
@@ -100,11 +104,10 @@ impl std::fmt::Display for AggregatePlan {
         for (k, t) in &self.keys {
             writeln!(f, "  key:  {k} : {t}")?;
         }
-        if let Some(d) = self.aggregates.iter().find(|a| a.distinct) {
+        if let Some((arg, t)) = &self.value_key {
             writeln!(
                 f,
-                "  state: by group and distinct {} : {}, merged per group on output",
-                d.arg, d.input_type
+                "  state: by group and value of {arg} : {t}, merged per group on output"
             )?;
         }
         for a in &self.aggregates {
@@ -133,12 +136,39 @@ pub(crate) struct CompiledAgg {
     /// `FILTER (WHERE …)`, on source batches: rows where it is not true do
     /// not feed this aggregate (they still make their group exist).
     pub filter: Option<Arc<dyn PhysicalExpr>>,
-    /// `COUNT(DISTINCT arg)`: the dataflow keeps the count of `arg` per
-    /// group and value of `arg` (the plan's last key); the output counts the
-    /// values whose count is positive.
-    pub distinct: bool,
+    /// Kept per value of its argument (the plan's last key): the dataflow
+    /// counts the argument's rows per group and value, and the output reads
+    /// the values whose count is positive.
+    pub per_value: Option<PerValue>,
     pub input_type: DataType,
     pub output_type: DataType,
+}
+
+/// An aggregate kept per value of its argument: what a group's output reads
+/// from its values (those with a positive count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PerValue {
+    /// `COUNT(DISTINCT x)`: how many there are.
+    CountDistinct,
+    /// `MIN(x)` of a type without an integer order (strings, binaries): the least.
+    Min,
+    /// `MAX(x)` likewise: the greatest.
+    Max,
+}
+
+/// The types `MIN`/`MAX` keep per value (ordered as the row format orders
+/// them: bytes, as SQL compares strings and binaries).
+fn ordered_per_value(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::FixedSizeBinary(_)
+    )
 }
 
 /// Everything the incremental path runs, decided at `create_view`.
@@ -170,7 +200,7 @@ pub(crate) struct CompiledAggregate {
 
 /// A checked aggregate call: its function, argument, the argument's type and
 /// its `FILTER (WHERE …)`.
-type AggCall = (AggFunc, Expr, DataType, Option<Expr>, bool);
+type AggCall = (AggFunc, Expr, DataType, Option<Expr>, Option<PerValue>);
 
 /// The function, checked: one argument, no DISTINCT or ORDER BY, a supported type.
 fn agg_func(e: &Expr, input: &DFSchema) -> Result<AggCall, FallbackReason> {
@@ -220,7 +250,7 @@ fn agg_func(e: &Expr, input: &DFSchema) -> Result<AggCall, FallbackReason> {
     let ok = match func {
         AggFunc::Count => true,
         AggFunc::Sum | AggFunc::Avg => number,
-        AggFunc::Min | AggFunc::Max => number || ordered_as_integer(&dt),
+        AggFunc::Min | AggFunc::Max => number || ordered_as_integer(&dt) || ordered_per_value(&dt),
     };
     if !ok {
         return Err(FallbackReason::UnsupportedArgumentType {
@@ -228,13 +258,18 @@ fn agg_func(e: &Expr, input: &DFSchema) -> Result<AggCall, FallbackReason> {
             data_type: dt.to_string(),
         });
     }
-    let distinct = p.distinct && func == AggFunc::Count;
+    let per_value = match func {
+        AggFunc::Count if p.distinct => Some(PerValue::CountDistinct),
+        AggFunc::Min if ordered_per_value(&dt) => Some(PerValue::Min),
+        AggFunc::Max if ordered_per_value(&dt) => Some(PerValue::Max),
+        _ => None,
+    };
     Ok((
         func,
         arg.clone(),
         dt,
         p.filter.as_deref().cloned(),
-        distinct,
+        per_value,
     ))
 }
 
@@ -353,12 +388,12 @@ pub(super) fn compile(
     ));
     let mut aggs = Vec::new();
     let mut agg_desc = Vec::new();
-    let mut distinct_arg: Option<(Expr, DataType)> = None;
+    let mut value_arg: Option<(Expr, DataType)> = None;
     for (i, e) in s.aggregate.aggr_expr.iter().enumerate() {
-        let (func, arg, input_type, filter, distinct) = agg_func(e, input)?;
-        if distinct {
-            match &distinct_arg {
-                None => distinct_arg = Some((arg.clone(), input_type.clone())),
+        let (func, arg, input_type, filter, per_value) = agg_func(e, input)?;
+        if per_value.is_some() {
+            match &value_arg {
+                None => value_arg = Some((arg.clone(), input_type.clone())),
                 Some((a, _)) if *a == arg => {}
                 Some((a, _)) => {
                     return Err(FallbackReason::DistinctArguments {
@@ -377,20 +412,24 @@ pub(super) fn compile(
             input_type: input_type.to_string(),
             output_type: output_type.to_string(),
             filter: filter.as_ref().map(|f| f.to_string()),
-            distinct,
+            distinct: per_value == Some(PerValue::CountDistinct),
         });
         aggs.push(CompiledAgg {
             name: aggregate_name(&agg_desc[agg_desc.len() - 1]),
             func,
-            kind: kind_of(func, &input_type),
+            // per value: the count of the argument's rows (of its FILTER)
+            kind: match per_value {
+                Some(_) => AggKind::Count,
+                None => kind_of(func, &input_type),
+            },
             arg: phys(&arg, input)?,
             filter: filter.as_ref().map(|f| phys(f, input)).transpose()?,
-            distinct,
+            per_value,
             input_type,
             output_type,
         });
     }
-    if let Some((arg, dt)) = &distinct_arg {
+    if let Some((arg, dt)) = &value_arg {
         if arrow::row::RowConverter::new(vec![arrow::row::SortField::new(dt.clone())]).is_err() {
             return Err(FallbackReason::KeyNotEncodable {
                 key: arg.to_string(),
@@ -398,7 +437,7 @@ pub(super) fn compile(
             });
         }
         keys.push(phys(arg, input)?);
-        key_fields.push(Field::new(format!("distinct({arg})"), dt.clone(), true));
+        key_fields.push(Field::new(format!("value({arg})"), dt.clone(), true));
     }
     let filters = s
         .filters
@@ -429,6 +468,9 @@ pub(super) fn compile(
                 .join(" AND ")
         }),
         keys: key_desc,
+        value_key: value_arg
+            .as_ref()
+            .map(|(a, t)| (a.to_string(), t.to_string())),
         aggregates: agg_desc,
         having: s.having.map(|h| h.to_string()),
         output: match s.projection {

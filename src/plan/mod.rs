@@ -16,7 +16,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 
-pub(crate) use aggregate::{ordered_as_integer, CompiledAgg, CompiledAggregate};
+pub(crate) use aggregate::{ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue};
 pub use aggregate::{AggFunc, AggregatePlan, AggregateSpec};
 
 use crate::spec::{ExecMode, ViewSpec};
@@ -106,7 +106,8 @@ pub enum FallbackReason {
         /// The function, upper-case.
         func: String,
     },
-    /// `COUNT(DISTINCT …)` over more than one argument.
+    /// Aggregates kept per value of their argument (`COUNT(DISTINCT …)`,
+    /// `MIN`/`MAX` of strings or binaries) over more than one argument.
     DistinctArguments {
         /// Two of the arguments.
         args: Vec<String>,
@@ -166,7 +167,8 @@ impl std::fmt::Display for FallbackReason {
             DistinctAggregate { func } => write!(f, "{func}(DISTINCT …) is not incremental"),
             DistinctArguments { args } => write!(
                 f,
-                "COUNT(DISTINCT …) over more than one argument ({}) is not incremental",
+                "aggregates kept per value (COUNT(DISTINCT …), MIN/MAX of strings) over \
+                 more than one argument ({}) are not incremental",
                 args.join(", ")
             ),
             FilteredOrOrderedAggregate { expr } => {

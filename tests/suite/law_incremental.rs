@@ -41,6 +41,10 @@ const QUERIES: &[&str] = &[
      SUM(v) AS s, MAX(f) AS mx, AVG(d) AS ad FROM t GROUP BY g",
     "SELECT COUNT(DISTINCT v) AS dv, AVG(f) AS af FROM t",
     "SELECT k % 2 AS p, COUNT(DISTINCT g) AS dg FROM t GROUP BY k % 2 HAVING COUNT(DISTINCT g) > 1",
+    // MIN/MAX of strings: kept per value, exact under eviction
+    "SELECT k, MIN(g) AS lo, MAX(g) AS hi, MAX(g) FILTER (WHERE v > 0) AS hip, COUNT(DISTINCT g) AS n, \
+     COUNT(*) AS c FROM t GROUP BY k",
+    "SELECT MIN(g) AS lo, MAX(g) AS hi, SUM(v) AS s FROM t WHERE f > 20",
     "SELECT k, g FROM t GROUP BY k, g HAVING k > 1",
 ];
 

@@ -85,11 +85,15 @@ fn table() -> Vec<(&'static str, Option<Why>)> {
             )))),
         ),
         ("SELECT k, v FROM a WHERE v > 0", Some(Why::NoAggregate)),
+        ("SELECT g, MIN(g) AS first FROM a GROUP BY g", None),
         (
-            "SELECT g, MIN(g) AS first FROM a GROUP BY g",
-            Some(Why::UnsupportedArgumentType {
-                func: s("MIN"),
-                data_type: s("Utf8"),
+            "SELECT k, MIN(g) AS lo, MAX(g) FILTER (WHERE v > 0) AS hi, COUNT(DISTINCT g) AS n FROM a GROUP BY k",
+            None,
+        ),
+        (
+            "SELECT k, MIN(g) AS lo, COUNT(DISTINCT v) AS dv FROM a GROUP BY k",
+            Some(Why::DistinctArguments {
+                args: vec![s("a.g"), s("a.v")],
             }),
         ),
         (

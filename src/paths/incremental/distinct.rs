@@ -1,9 +1,14 @@
-//! `COUNT(DISTINCT x)`: the dataflow keys its states by group and value of
-//! `x` (the plan's last key), so each value of a group is one entry whose
-//! states count and fold that value's rows. A group's row merges its entries:
-//! every other aggregate combines their states (all are accumulable), and
-//! `COUNT(DISTINCT x)` counts the entries whose own count is positive (a
-//! NULL `x`, or rows its `FILTER` refused, count zero).
+//! Aggregates kept per value — `COUNT(DISTINCT x)`, and `MIN`/`MAX` of `x`
+//! when `x` has no integer order (strings, binaries): the dataflow keys its
+//! states by group and value of `x` (the plan's last key), so each value of
+//! a group is one entry whose states count and fold that value's rows. A
+//! group's row merges its entries: every other aggregate combines their
+//! states (all are accumulable); `COUNT(DISTINCT x)` counts the entries whose
+//! own count is positive (a NULL `x`, or rows its `FILTER` refused, count
+//! zero), and `MIN`/`MAX` pick the least or greatest such entry — entries
+//! of one group differ only in `x`, so their row-format key bytes order them
+//! as `x` orders. The merged state of `MIN`/`MAX` holds that entry's key id,
+//! which rendering decodes to the value.
 //!
 //! Update and Complete modes render open groups, which needs all of a
 //! group's entries, not only the ones that changed: [`DistinctGroups`] keeps
@@ -19,7 +24,7 @@ use thund_dataflows::{AggState, Update, Value};
 use super::keys::KeyBytes;
 use super::IncrementalView;
 use crate::error::{Error, Result};
-use crate::plan::CompiledAgg;
+use crate::plan::{CompiledAgg, PerValue};
 use crate::window::Window;
 
 /// One open group: its stable id, and its entries (dataflow key id → states).
@@ -117,7 +122,8 @@ impl IncrementalView {
                 let aggs = merge(
                     &self.view,
                     &self.plan.aggs,
-                    entries.iter().map(|u| &u.aggs[..]),
+                    entries.iter().map(|u| (u.key, &u.aggs[..])),
+                    &self.keys,
                 )?;
                 Ok(Update {
                     window: entries[0].window,
@@ -144,7 +150,8 @@ impl IncrementalView {
         let mut out = Vec::with_capacity(touched.len());
         for (window, b) in touched {
             if let Some(g) = store.group(&window, b) {
-                out.extend(merged(&self.view, &self.plan.aggs, window, g)?.map(|u| (u, g.id)));
+                let row = merged(&self.view, &self.plan.aggs, window, g, &self.keys)?;
+                out.extend(row.map(|u| (u, g.id)));
             }
         }
         Ok(out)
@@ -161,7 +168,7 @@ impl IncrementalView {
             let mut gs: Vec<&Group> = groups.values().collect();
             gs.sort_unstable_by_key(|g| g.id);
             for g in gs {
-                out.extend(merged(&self.view, &self.plan.aggs, *window, g)?);
+                out.extend(merged(&self.view, &self.plan.aggs, *window, g, &self.keys)?);
             }
         }
         Ok(out)
@@ -182,34 +189,67 @@ impl IncrementalView {
 
 /// An open group's row: its first entry's key, its entries merged (`None`
 /// for a group without entries, which the store never holds).
-fn merged(view: &str, aggs: &[CompiledAgg], window: Window, g: &Group) -> Result<Option<Update>> {
+fn merged(
+    view: &str,
+    aggs: &[CompiledAgg],
+    window: Window,
+    g: &Group,
+    keys: &impl KeyBytes,
+) -> Result<Option<Update>> {
     let Some(&key) = g.entries.keys().next() else {
         return Ok(None);
     };
-    let aggs = merge(view, aggs, g.entries.values().map(Vec::as_slice))?;
+    let entries = g.entries.iter().map(|(k, a)| (*k, a.as_slice()));
+    let aggs = merge(view, aggs, entries, keys)?;
     Ok(Some(Update { window, key, aggs }))
 }
 
-/// One group's states from its entries' states: `COUNT(DISTINCT …)` counts
-/// the entries whose count is positive, every other aggregate combines them.
+/// One group's states from its entries' (key id, states): `COUNT(DISTINCT
+/// …)` counts the entries whose count is positive, `MIN`/`MAX` keep the key
+/// id of the least or greatest such entry (count 1, or empty without one),
+/// every other aggregate combines them.
 fn merge<'a>(
     view: &str,
     aggs: &[CompiledAgg],
-    entries: impl Iterator<Item = &'a [AggState]>,
+    entries: impl Iterator<Item = (u64, &'a [AggState])>,
+    keys: &impl KeyBytes,
 ) -> Result<Vec<AggState>> {
     let mut out = vec![AggState::EMPTY; aggs.len()];
-    for e in entries {
-        for ((o, a), x) in out.iter_mut().zip(aggs).zip(e) {
-            if a.distinct {
-                o.count += i64::from(x.count > 0);
-            } else {
-                o.combine(a.kind, x).map_err(|e| Error::dataflow(view, e))?;
+    let mut best: Vec<Option<u64>> = vec![None; aggs.len()];
+    for (key, e) in entries {
+        for (((o, b), a), x) in out.iter_mut().zip(&mut best).zip(aggs).zip(e) {
+            match a.per_value {
+                None => o.combine(a.kind, x).map_err(|e| Error::dataflow(view, e))?,
+                Some(_) if x.count <= 0 => {}
+                Some(PerValue::CountDistinct) => o.count += 1,
+                Some(p) => {
+                    let better = |old: &u64| {
+                        let ord = keys.bytes(key).cmp(keys.bytes(*old));
+                        if p == PerValue::Min {
+                            ord.is_lt()
+                        } else {
+                            ord.is_gt()
+                        }
+                    };
+                    if b.as_ref().is_none_or(better) {
+                        *b = Some(key);
+                    }
+                }
             }
         }
     }
-    for (o, a) in out.iter_mut().zip(aggs) {
-        if a.distinct && o.count > 0 {
-            o.value = Value::Int(i128::from(o.count));
+    for ((o, b), a) in out.iter_mut().zip(best).zip(aggs) {
+        match (a.per_value, b) {
+            (Some(PerValue::CountDistinct), _) if o.count > 0 => {
+                o.value = Value::Int(i128::from(o.count));
+            }
+            (Some(PerValue::Min | PerValue::Max), Some(key)) => {
+                *o = AggState {
+                    count: 1,
+                    value: Value::Int(i128::from(key)),
+                };
+            }
+            _ => {}
         }
     }
     Ok(out)

@@ -209,6 +209,9 @@ struct Batch<'a> {
     windows: &'a TimeWindows,
     w_prev: Option<EventTime>,
     shards: usize,
+    /// No group keys (a global aggregate, whose dataflow key may still be a
+    /// value kept per value): a window with rows has its row.
+    global: bool,
 }
 
 impl Batch<'_> {
@@ -303,8 +306,9 @@ fn assign_slots<'k>(
     let mut run: Option<Run> = None;
     for i in rows {
         let passes = b.pass[i];
-        // a filtered row makes no group; a global aggregate still has its window
-        if !passes && b.key_rows.is_some() {
+        // a filtered row makes no group; a global aggregate still has its
+        // window (with a value kept per value, as an entry that counts nothing)
+        if !passes && !b.global {
             continue;
         }
         let t = b.times[i];
@@ -648,6 +652,7 @@ impl IncrementalView {
                 windows: &self.plan.windows,
                 w_prev,
                 shards,
+                global: self.plan.group_keys == 0,
             };
             let dicts = self.keys.shards_mut();
             let folded: Vec<std::result::Result<(), thund_dataflows::Error>> =

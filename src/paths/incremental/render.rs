@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
-    UInt64Array,
+    UInt32Array, UInt64Array,
 };
 use arrow::compute::{cast, filter_record_batch};
 use arrow::datatypes::DataType;
@@ -15,7 +15,7 @@ use thund_dataflows::{Update, Value};
 use super::keys::KeyBytes;
 use super::IncrementalView;
 use crate::error::{Error, Result};
-use crate::plan::{ordered_as_integer, AggFunc, CompiledAgg};
+use crate::plan::{ordered_as_integer, AggFunc, CompiledAgg, PerValue};
 use crate::time::{bound_array, EventTime};
 
 impl IncrementalView {
@@ -106,6 +106,9 @@ impl IncrementalView {
             Value::Int(i) => Some(*i as f64),
             Value::Null => None,
         };
+        if matches!(a.per_value, Some(PerValue::Min | PerValue::Max)) {
+            return self.value_column(updates, j);
+        }
         let arr: ArrayRef = match (a.func, &a.output_type) {
             (AggFunc::Count, _) => Arc::new(Int64Array::from_iter_values(
                 updates.iter().map(|u| st(u).count),
@@ -205,6 +208,42 @@ impl IncrementalView {
             }
         };
         Ok(arr)
+    }
+}
+
+impl IncrementalView {
+    /// A `MIN`/`MAX` kept per value: each state holds the key id of the
+    /// entry whose value it is (see `distinct`); the column is those
+    /// entries' last key column, NULL where a group has none.
+    fn value_column(&self, updates: &[&Update], j: usize) -> Result<ArrayRef> {
+        let Some(conv) = &self.converter else {
+            return Err(Error::internal(&self.view, "a value kept without keys"));
+        };
+        let ids: Vec<Option<u64>> = updates
+            .iter()
+            .map(|u| match u.aggs[j].value {
+                Value::Int(i) if u.aggs[j].count > 0 => u64::try_from(i).ok(),
+                _ => None,
+            })
+            .collect();
+        let parser = conv.parser();
+        let rows = ids
+            .iter()
+            .flatten()
+            .map(|&id| parser.parse(self.keys.bytes(id)));
+        let cols = conv.convert_rows(rows)?;
+        let values = cols
+            .last()
+            .ok_or_else(|| Error::internal(&self.view, "no value column"))?;
+        // row i of the output is value number `at` among the present ones
+        let mut at = 0u32;
+        let idx = UInt32Array::from_iter(ids.iter().map(|id| {
+            id.map(|_| {
+                at += 1;
+                at - 1
+            })
+        }));
+        Ok(arrow::compute::take(values.as_ref(), &idx, None)?)
     }
 }
 

@@ -264,6 +264,19 @@ pub const WINDOWS: &[(i64, i64)] = &[
     (1500, 1000),
 ];
 
+/// The law streams' strings: short ones, and the edges of string order —
+/// empty, a prefix of another, a NUL byte, non-ASCII, longer than a packed key.
+pub const GROUPS: [&str; 8] = [
+    "a",
+    "b",
+    "c",
+    "",
+    "ab",
+    "a\u{0}",
+    "é",
+    "a-string-longer-than-sixteen-bytes",
+];
+
 /// A random disordered stream split into random triggers, with a lateness
 /// and a window. Times and lateness sit on a 100 ms grid, so window ends and
 /// W meet often (the late rule's boundary).
@@ -271,7 +284,7 @@ pub fn stream() -> impl proptest::strategy::Strategy<Value = Stream<Ev>> {
     use proptest::prelude::*;
     let payload = (
         0i64..4,
-        0usize..3,
+        0usize..GROUPS.len(),
         prop::option::weighted(0.8, -50i64..50),
         -800i64..800,
     );
@@ -283,7 +296,7 @@ pub fn stream() -> impl proptest::strategy::Strategy<Value = Stream<Ev>> {
                     .map(|(t, (k, g, v, f))| Ev {
                         t,
                         k,
-                        g: ["a", "b", "c"][g].to_string(),
+                        g: GROUPS[g].to_string(),
                         v,
                         f: f as f64 / 8.0,
                     })
