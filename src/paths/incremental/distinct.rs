@@ -10,16 +10,17 @@
 //! as `x` orders. The merged state of `MIN`/`MAX` holds that entry's key id,
 //! which rendering decodes to the value.
 //!
-//! Update and Complete modes render open groups, which needs all of a
-//! group's entries, not only the ones that changed: [`DistinctGroups`] keeps
-//! the open entries by window and group, and gives each group an id that
-//! stays its own while its window is open (what `Shown` remembers rows by).
+//! Update and Complete modes render open groups as their entries change:
+//! [`DistinctGroups`] keeps the open entries by window and group with each
+//! group's merge, updated entry by entry (a trigger costs its changed
+//! entries, not its groups' values), and gives each group an id that stays
+//! its own while its window is open (what `Shown` remembers rows by).
 
 use std::collections::BTreeMap;
 
-use arrow::row::{RowConverter, SortField};
+use arrow::row::{RowConverter, Rows, SortField};
 use rustc_hash::FxHashMap;
-use thund_dataflows::{AggState, Update, Value};
+use thund_dataflows::{AggKind, AggState, Update, Value};
 
 use super::keys::KeyBytes;
 use super::IncrementalView;
@@ -27,10 +28,14 @@ use crate::error::{Error, Result};
 use crate::plan::{CompiledAgg, PerValue};
 use crate::window::Window;
 
-/// One open group: its stable id, and its entries (dataflow key id → states).
+/// One open group: its stable id, a key id of it (any entry's: its group
+/// keys are the group's), its entries (key id → states) and their merge,
+/// kept up to date entry by entry so a trigger costs its changed entries.
 struct Group {
     id: u64,
-    entries: BTreeMap<u64, Vec<AggState>>,
+    key: u64,
+    entries: FxHashMap<u64, Vec<AggState>>,
+    merged: Vec<AggState>,
 }
 
 /// The open entries of every group, by window then group key bytes.
@@ -43,8 +48,16 @@ pub(super) struct DistinctGroups {
 }
 
 impl DistinctGroups {
-    /// Records an entry's new states; returns its group's id.
-    fn upsert(&mut self, window: Window, group: &[u8], key: u64, aggs: &[AggState]) -> u64 {
+    /// Records an entry's new states and folds the change into its group's
+    /// merge; returns the group's id.
+    fn upsert(
+        &mut self,
+        window: Window,
+        group: &[u8],
+        u: &Update,
+        aggs: &[CompiledAgg],
+        keys: &impl KeyBytes,
+    ) -> std::result::Result<u64, thund_dataflows::Error> {
         let groups = self.by_window.entry(window).or_default();
         let g = match groups.get_mut(group) {
             Some(g) => g,
@@ -52,14 +65,53 @@ impl DistinctGroups {
                 self.next_id += 1;
                 groups.entry(group.into()).or_insert(Group {
                     id: self.next_id,
-                    entries: BTreeMap::new(),
+                    key: u.key,
+                    entries: FxHashMap::default(),
+                    merged: vec![AggState::EMPTY; aggs.len()],
                 })
             }
         };
-        if g.entries.insert(key, aggs.to_vec()).is_none() {
-            self.entries += 1;
+        let old = g.entries.get(&u.key);
+        for (j, (a, new)) in aggs.iter().zip(&u.aggs).enumerate() {
+            let old = old.map_or(AggState::EMPTY, |o| o[j]);
+            let m = &mut g.merged[j];
+            match a.per_value {
+                None => m.combine(a.kind, &change(a.kind, &old, new)?)?,
+                // a value joins the group's values when its count turns positive
+                Some(_) if old.count > 0 || new.count <= 0 => {}
+                Some(PerValue::CountDistinct) => {
+                    m.count += 1;
+                    m.value = Value::Int(i128::from(m.count));
+                }
+                Some(p) => {
+                    let better = match m.value {
+                        Value::Int(best) if m.count > 0 => {
+                            let ord = keys.bytes(u.key).cmp(keys.bytes(best as u64));
+                            if p == PerValue::Min {
+                                ord.is_lt()
+                            } else {
+                                ord.is_gt()
+                            }
+                        }
+                        _ => true,
+                    };
+                    if better {
+                        *m = AggState {
+                            count: 1,
+                            value: Value::Int(i128::from(u.key)),
+                        };
+                    }
+                }
+            }
         }
-        g.id
+        match g.entries.get_mut(&u.key) {
+            Some(e) => e.copy_from_slice(&u.aggs),
+            None => {
+                g.entries.insert(u.key, u.aggs.clone());
+                self.entries += 1;
+            }
+        }
+        Ok(g.id)
     }
 
     /// A window closed: its groups go.
@@ -79,20 +131,55 @@ impl DistinctGroups {
     }
 }
 
+/// What an entry's new state adds to its old one, as a state its group's
+/// merge combines: counts and sums by difference (exact for integers, and
+/// for floats whenever the contract's sums are exact; an unchanged value adds
+/// nothing, so infinities and NaN stay), minima and maxima by the new value.
+fn change(
+    kind: AggKind,
+    old: &AggState,
+    new: &AggState,
+) -> std::result::Result<AggState, thund_dataflows::Error> {
+    let overflow = || thund_dataflows::Error::Overflow {
+        kind,
+        window: None,
+        detail: String::new(),
+    };
+    let count = new.count.checked_sub(old.count).ok_or_else(overflow)?;
+    let value = match (kind, old.value, new.value) {
+        (AggKind::Count, _, _) => Value::Null,
+        (AggKind::SumInt, Value::Int(a), Value::Int(b)) => {
+            Value::Int(b.checked_sub(a).ok_or_else(overflow)?)
+        }
+        (AggKind::SumFloat, Value::Float(a), Value::Float(b)) => {
+            if a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()) {
+                Value::Null
+            } else {
+                Value::Float(b - a)
+            }
+        }
+        (AggKind::SumInt | AggKind::SumFloat, _, b) => b,
+        // minima and maxima only move one way within a window
+        (_, _, b) => b,
+    };
+    Ok(AggState { count, value })
+}
+
 /// One merged row of a group: the representative entry's key (its group
 /// keys are the group's), the merged states, and the group's id if it is open.
 type Merged = (Update, u64);
 
 impl IncrementalView {
-    /// The group key bytes of each update's entry (the dataflow key without
-    /// its last column, the DISTINCT argument), in a row format of their own.
-    fn group_bytes(&self, updates: &[&Update]) -> Result<Vec<Vec<u8>>> {
+    /// The group keys of each update's entry (the dataflow key without its
+    /// last column, the value kept per value) in a row format of their own;
+    /// `None` when the view has no group keys (every entry is the one group's).
+    fn group_rows(&self, updates: &[&Update]) -> Result<Option<Rows>> {
         let n = self.plan.group_keys;
         let Some(conv) = &self.converter else {
-            return Ok(vec![Vec::new(); updates.len()]);
+            return Ok(None);
         };
-        if n == 0 || updates.is_empty() {
-            return Ok(vec![Vec::new(); updates.len()]);
+        if n == 0 {
+            return Ok(None);
         }
         let parser = conv.parser();
         let cols =
@@ -103,18 +190,16 @@ impl IncrementalView {
                 .map(|f| SortField::new(f.data_type().clone()))
                 .collect(),
         )?;
-        let rows = group_conv.convert_columns(&cols[..n])?;
-        Ok((0..rows.num_rows())
-            .map(|i| rows.row(i).data().to_vec())
-            .collect())
+        Ok(Some(group_conv.convert_columns(&cols[..n])?))
     }
 
     /// Closed entries merged into one update per group (windows stay in order).
     pub(super) fn merge_closed(&self, closed: &[&Update]) -> Result<Vec<Update>> {
-        let bytes = self.group_bytes(closed)?;
+        let rows = self.group_rows(closed)?;
+        let bytes = |i: usize| rows.as_ref().map_or(&[][..], |r| r.row(i).data());
         let mut groups: BTreeMap<(Window, &[u8]), Vec<&Update>> = BTreeMap::new();
-        for (u, b) in closed.iter().zip(&bytes) {
-            groups.entry((u.window, b.as_slice())).or_default().push(u);
+        for (i, u) in closed.iter().enumerate() {
+            groups.entry((u.window, bytes(i))).or_default().push(u);
         }
         groups
             .into_values()
@@ -135,43 +220,41 @@ impl IncrementalView {
     }
 
     /// Update and Complete modes: records the changed entries, and returns
-    /// each changed group merged from all its open entries, with its id.
+    /// each changed group's merge, with its id.
     pub(super) fn merge_changed(&mut self, changed: &[&Update]) -> Result<Vec<Merged>> {
-        let bytes = self.group_bytes(changed)?;
-        let mut touched: Vec<(Window, &[u8])> = Vec::new();
+        let rows = self.group_rows(changed)?;
+        let bytes = |i: usize| rows.as_ref().map_or(&[][..], |r| r.row(i).data());
+        let mut touched: Vec<(Window, &[u8])> = Vec::with_capacity(changed.len());
         let store = self.distinct.get_or_insert_with(DistinctGroups::default);
-        for (u, b) in changed.iter().zip(&bytes) {
-            store.upsert(u.window, b, u.key, &u.aggs);
-            touched.push((u.window, b.as_slice()));
+        for (i, u) in changed.iter().enumerate() {
+            store
+                .upsert(u.window, bytes(i), u, &self.plan.aggs, &self.keys)
+                .map_err(|e| Error::dataflow(&self.view, e))?;
+            touched.push((u.window, bytes(i)));
         }
         touched.sort_unstable();
         touched.dedup();
         let store = &*store;
-        let mut out = Vec::with_capacity(touched.len());
-        for (window, b) in touched {
-            if let Some(g) = store.group(&window, b) {
-                let row = merged(&self.view, &self.plan.aggs, window, g, &self.keys)?;
-                out.extend(row.map(|u| (u, g.id)));
-            }
-        }
-        Ok(out)
+        Ok(touched
+            .into_iter()
+            .filter_map(|(window, b)| store.group(&window, b).map(|g| (window, g)))
+            .map(|(window, g)| (merged(window, g), g.id))
+            .collect())
     }
 
     /// Complete mode: every open group, merged.
-    pub(super) fn merge_open(&self) -> Result<Vec<Update>> {
+    pub(super) fn merge_open(&self) -> Vec<Update> {
         let Some(store) = &self.distinct else {
-            return Ok(Vec::new());
+            return Vec::new();
         };
         let mut out = Vec::new();
         for (window, groups) in &store.by_window {
             // a stable order: by group id (the order groups first appeared)
             let mut gs: Vec<&Group> = groups.values().collect();
             gs.sort_unstable_by_key(|g| g.id);
-            for g in gs {
-                out.extend(merged(&self.view, &self.plan.aggs, *window, g, &self.keys)?);
-            }
+            out.extend(gs.into_iter().map(|g| merged(*window, g)));
         }
-        Ok(out)
+        out
     }
 
     /// A restore: the open entries of windows still open, as the store.
@@ -187,21 +270,13 @@ impl IncrementalView {
     }
 }
 
-/// An open group's row: its first entry's key, its entries merged (`None`
-/// for a group without entries, which the store never holds).
-fn merged(
-    view: &str,
-    aggs: &[CompiledAgg],
-    window: Window,
-    g: &Group,
-    keys: &impl KeyBytes,
-) -> Result<Option<Update>> {
-    let Some(&key) = g.entries.keys().next() else {
-        return Ok(None);
-    };
-    let entries = g.entries.iter().map(|(k, a)| (*k, a.as_slice()));
-    let aggs = merge(view, aggs, entries, keys)?;
-    Ok(Some(Update { window, key, aggs }))
+/// An open group's row: its key, its merged states.
+fn merged(window: Window, g: &Group) -> Update {
+    Update {
+        window,
+        key: g.key,
+        aggs: g.merged.clone(),
+    }
 }
 
 /// One group's states from its entries' (key id, states): `COUNT(DISTINCT

@@ -289,7 +289,7 @@ impl ViewRuntime for IncrementalView {
                 self.closed_results.push(done);
                 out.batches.extend(self.closed_results.all());
                 let open = match distinct {
-                    true => self.merge_open()?,
+                    true => self.merge_open(),
                     false => updates_of(&self.open),
                 };
                 let refs: Vec<&Update> = open.iter().collect();
