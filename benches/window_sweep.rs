@@ -12,7 +12,8 @@
 //!
 //! Then the other incremental shapes (issue 10) over the same stream, at
 //! tumbling 10 s and 1 h: aggregates with `FILTER (WHERE …)`, `MIN`/`MAX`
-//! of a timestamp and of a string, `COUNT(DISTINCT …)` and `SELECT DISTINCT`.
+//! of a timestamp and of a string, `COUNT(DISTINCT …)`, the top 3 per
+//! window (`ORDER BY … LIMIT`) and `SELECT DISTINCT`.
 //!
 //! `THUND_SWEEP_ROWS` sets the rows per run (default 1 000 000);
 //! `THUND_SWEEP_ONLY=<substring>` runs only the rows whose name (shape and
@@ -56,6 +57,11 @@ const SHAPES: &[(&str, &str)] = &[
         "min/max of a string",
         "SELECT auction % 20 AS a20, MIN(CAST(price AS VARCHAR)) AS lo, \
          MAX(CAST(price AS VARCHAR)) AS hi FROM bids GROUP BY auction % 20",
+    ),
+    (
+        "top 3 per window",
+        "SELECT auction, COUNT(*) AS bids, MAX(price) AS high FROM bids GROUP BY auction \
+         ORDER BY bids DESC, auction LIMIT 3",
     ),
     (
         "select distinct",

@@ -143,6 +143,62 @@ impl Shown {
         Ok(out)
     }
 
+    /// `ORDER BY … LIMIT` per window: the rows of each window in `windows`
+    /// are all of `batch`'s rows of that window (`window_of[i]` is row
+    /// `i`'s), whichever groups they come from. Returns the rows to emit —
+    /// each window's new rows less its old ones — and remembers the new.
+    pub(crate) fn replaced(
+        &mut self,
+        windows: &[Window],
+        batch: &RecordBatch,
+        window_of: &[Window],
+    ) -> Result<RecordBatch> {
+        if batch.num_rows() == 0 && windows.is_empty() {
+            return Ok(batch.clone());
+        }
+        let shown = batch.project(&(0..batch.num_columns() - 1).collect::<Vec<_>>())?;
+        if self.conv.is_none() {
+            match converter(&shown) {
+                Ok(c) => self.conv = Some(c),
+                Err(_) => return Ok(batch.clone()),
+            }
+        }
+        let Some(conv) = self.conv.as_ref() else {
+            return Ok(batch.clone());
+        };
+        let rows = conv.convert_columns(shown.columns())?;
+        let mut new: FxHashMap<Window, Vec<(usize, &[u8])>> = FxHashMap::default();
+        for (i, w) in window_of.iter().enumerate() {
+            new.entry(*w).or_default().push((i, rows.row(i).data()));
+        }
+        let mut keep = Vec::new();
+        for w in windows {
+            let fresh = new.get(w).map(Vec::as_slice).unwrap_or(&[]);
+            let old = self.rows.get(w);
+            let kept = unmatched(
+                old.into_iter().flat_map(|m| m.values().map(|r| &r[..])),
+                fresh.iter().map(|(_, r)| *r),
+            );
+            keep.extend(kept.into_iter().map(|k| fresh[k as usize].0 as u32));
+        }
+        keep.sort_unstable();
+        let out = take_rows(batch, &keep)?;
+        // what each window shows now: its rows, numbered
+        for w in windows {
+            let m = self.rows.entry(*w).or_default();
+            m.clear();
+            if let Some(fresh) = new.get(w) {
+                m.extend(
+                    fresh
+                        .iter()
+                        .enumerate()
+                        .map(|(j, (_, r))| (j as u64, (*r).into())),
+                );
+            }
+        }
+        Ok(out)
+    }
+
     /// A window closed: its groups show nothing any more.
     pub(crate) fn close(&mut self, w: &Window) {
         self.rows.remove(w);

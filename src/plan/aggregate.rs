@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use arrow::compute::SortOptions;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, DFSchema};
@@ -72,11 +73,26 @@ pub struct AggregatePlan {
     /// The argument kept per value (`COUNT(DISTINCT x)`, `MIN`/`MAX` of a
     /// string), with its type: the dataflow's state is by group and value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value_key: Option<(String, String)>,
+    pub value_key: Option<Box<(String, String)>>,
     /// The HAVING predicate, if any.
     pub having: Option<String>,
     /// The output columns, as expressions over keys and aggregates.
     pub output: Vec<String>,
+    /// `ORDER BY` over the output, per window, with its `OFFSET` and `LIMIT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<Box<OrderSpec>>,
+}
+
+/// `ORDER BY … [LIMIT n [OFFSET m]]` of an [`AggregatePlan`], applied to
+/// each window's output rows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderSpec {
+    /// The sort keys, as DataFusion prints them.
+    pub by: Vec<String>,
+    /// Rows skipped (`OFFSET`).
+    pub skip: usize,
+    /// Rows kept after those (`LIMIT`; `None`: all).
+    pub fetch: Option<usize>,
 }
 
 impl std::fmt::Display for AggregatePlan {
@@ -104,7 +120,7 @@ impl std::fmt::Display for AggregatePlan {
         for (k, t) in &self.keys {
             writeln!(f, "  key:  {k} : {t}")?;
         }
-        if let Some((arg, t)) = &self.value_key {
+        if let Some((arg, t)) = self.value_key.as_deref() {
             writeln!(
                 f,
                 "  state: by group and value of {arg} : {t}, merged per group on output"
@@ -121,7 +137,17 @@ impl std::fmt::Display for AggregatePlan {
         if let Some(h) = &self.having {
             writeln!(f, "  post: HAVING {h}")?;
         }
-        write!(f, "  post: SELECT {}", self.output.join(", "))
+        write!(f, "  post: SELECT {}", self.output.join(", "))?;
+        if let Some(o) = self.order.as_deref() {
+            write!(f, "\n  post: per window ORDER BY {}", o.by.join(", "))?;
+            if let Some(n) = o.fetch {
+                write!(f, " LIMIT {n}")?;
+            }
+            if o.skip > 0 {
+                write!(f, " OFFSET {}", o.skip)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -196,6 +222,16 @@ pub(crate) struct CompiledAggregate {
     pub projection: Option<Vec<Arc<dyn PhysicalExpr>>>,
     /// The query's output schema.
     pub query_schema: SchemaRef,
+    /// `ORDER BY … LIMIT` per window, over the query's output.
+    pub order: Option<TopN>,
+}
+
+/// `ORDER BY … [LIMIT n [OFFSET m]]`, applied to each window's output rows.
+pub(crate) struct TopN {
+    /// Sort keys over the query's output columns, with their direction.
+    pub sort: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+    pub skip: usize,
+    pub fetch: Option<usize>,
 }
 
 /// A checked aggregate call: its function, argument, the argument's type and
@@ -470,7 +506,7 @@ pub(super) fn compile(
         keys: key_desc,
         value_key: value_arg
             .as_ref()
-            .map(|(a, t)| (a.to_string(), t.to_string())),
+            .map(|(a, t)| Box::new((a.to_string(), t.to_string()))),
         aggregates: agg_desc,
         having: s.having.map(|h| h.to_string()),
         output: match s.projection {
@@ -481,7 +517,40 @@ pub(super) fn compile(
                 .map(|f| f.name().clone())
                 .collect(),
         },
+        order: s.order.as_ref().map(|o| {
+            let by = o.sort.iter().map(|e| e.to_string()).collect();
+            Box::new(OrderSpec {
+                by,
+                skip: o.skip,
+                fetch: o.fetch,
+            })
+        }),
     };
+    let order = s
+        .order
+        .as_ref()
+        .map(|o| {
+            let sort = o
+                .sort
+                .iter()
+                .map(|e| {
+                    Ok((
+                        phys(&e.expr, o.schema)?,
+                        SortOptions::new(!e.asc, e.nulls_first),
+                    ))
+                })
+                .collect::<Result<Vec<_>, FallbackReason>>()?;
+            Ok::<_, FallbackReason>(TopN {
+                sort,
+                skip: o.skip,
+                fetch: o.fetch,
+            })
+        })
+        .transpose()?;
+    if order.is_some() && value_arg.is_some() {
+        // per-value groups are merged on output; ranking them is not built
+        return Err(FallbackReason::Uses(super::Construct::OrderBy));
+    }
     let compiled = CompiledAggregate {
         windows,
         bound,
@@ -494,6 +563,7 @@ pub(super) fn compile(
         having,
         projection,
         query_schema,
+        order,
     };
     Ok((plan, compiled))
 }

@@ -16,8 +16,8 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 
-pub(crate) use aggregate::{ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue};
-pub use aggregate::{AggFunc, AggregatePlan, AggregateSpec};
+pub(crate) use aggregate::{ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue, TopN};
+pub use aggregate::{AggFunc, AggregatePlan, AggregateSpec, OrderSpec};
 
 use crate::spec::{ExecMode, ViewSpec};
 use crate::window::TimeWindows;

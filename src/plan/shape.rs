@@ -1,16 +1,34 @@
 //! The one logical-plan shape the incremental path takes today:
-//! `Projection? → Filter(HAVING)? → Aggregate → (Filter | SubqueryAlias)* → TableScan`
-//! (`SELECT DISTINCT` is first rewritten as the `GROUP BY` it means).
+//! `(Limit? → Sort)? → Projection? → Filter(HAVING)? → Aggregate → (Filter | SubqueryAlias)* → TableScan`
+//! (`SELECT DISTINCT` is first rewritten as the `GROUP BY` it means; `ORDER
+//! BY … LIMIT` applies to each window's rows, as the per-window contract says).
 
 use datafusion::common::tree_node::TreeNode;
 use std::sync::Arc;
 
-use datafusion::logical_expr::{Aggregate, Distinct, Expr, LogicalPlan, Projection};
+use datafusion::common::DFSchema;
+use datafusion::logical_expr::{
+    Aggregate, Distinct, Expr, FetchType, LogicalPlan, Projection, SkipType, SortExpr,
+};
 
 use super::{Construct, FallbackReason};
 
+/// `ORDER BY … [LIMIT n [OFFSET m]]` over the query's output, applied to
+/// each window's rows.
+pub(crate) struct Order<'a> {
+    /// The sort keys, over the top projection's output.
+    pub sort: &'a [SortExpr],
+    /// The schema they are over.
+    pub schema: &'a DFSchema,
+    /// Rows skipped, then at most `fetch` kept (`None`: all).
+    pub skip: usize,
+    pub fetch: Option<usize>,
+}
+
 /// The parts of a supported logical plan.
 pub(crate) struct Shape<'a> {
+    /// `ORDER BY` (and `LIMIT`) per window, if any.
+    pub order: Option<Order<'a>>,
     /// The top projection (the select list), if any.
     pub projection: Option<&'a [Expr]>,
     /// The HAVING predicate, if any.
@@ -74,6 +92,36 @@ pub(crate) fn distinct_as_grouping(plan: &LogicalPlan) -> Option<LogicalPlan> {
 /// Split a logical plan into the supported shape, or say why not.
 pub(crate) fn shape(plan: &LogicalPlan) -> Result<Shape<'_>, FallbackReason> {
     let mut p = plan;
+    let (mut skip, mut fetch, mut limited) = (0, None, false);
+    if let LogicalPlan::Limit(l) = p {
+        match (l.get_skip_type(), l.get_fetch_type()) {
+            (Ok(SkipType::Literal(s)), Ok(FetchType::Literal(f))) => (skip, fetch) = (s, f),
+            _ => return Err(FallbackReason::Uses(Construct::Limit)),
+        }
+        limited = true;
+        p = l.input.as_ref();
+    }
+    let mut order = None;
+    if let LogicalPlan::Sort(sort) = p {
+        // over the select list's output (ORDER BY of a column not selected
+        // adds a projection above this one, which is not this shape)
+        if !matches!(sort.input.as_ref(), LogicalPlan::Projection(_)) {
+            return Err(FallbackReason::Uses(Construct::OrderBy));
+        }
+        if let Some(f) = sort.fetch {
+            fetch = Some(fetch.map_or(f, |x: usize| x.min(f)));
+        }
+        order = Some(Order {
+            sort: &sort.expr,
+            schema: sort.input.schema().as_ref(),
+            skip,
+            fetch,
+        });
+        p = sort.input.as_ref();
+    } else if limited {
+        // LIMIT without ORDER BY: which rows it keeps is not defined
+        return Err(FallbackReason::Uses(Construct::Limit));
+    }
     let mut projection = None;
     let mut having = None;
     if let LogicalPlan::Projection(pr) = p {
@@ -110,7 +158,14 @@ pub(crate) fn shape(plan: &LogicalPlan) -> Result<Shape<'_>, FallbackReason> {
     if projection.into_iter().flatten().any(has_subquery) {
         return Err(FallbackReason::SubqueryInSelect);
     }
+    if order
+        .as_ref()
+        .is_some_and(|o| o.sort.iter().any(|e| has_subquery(&e.expr)))
+    {
+        return Err(FallbackReason::SubqueryInSelect);
+    }
     Ok(Shape {
+        order,
         projection,
         having,
         aggregate,

@@ -141,8 +141,21 @@ fn killed_incremental_runs_resume_exactly() {
 fn killed_recompute_runs_resume_exactly() {
     crash_until_done(
         "SELECT auction, COUNT(*) AS bids FROM bids GROUP BY auction ORDER BY bids DESC, auction LIMIT 3",
-        "auto",
+        "recompute",
         "update",
         2,
+    );
+}
+
+/// The top of each window (ORDER BY … LIMIT) on the incremental path, in
+/// Update mode: what each open window showed is rebuilt from the checkpoint.
+#[test]
+fn killed_ranked_incremental_runs_resume_exactly() {
+    crash_until_done(
+        "SELECT auction, COUNT(*) AS bids, MAX(price) AS top FROM bids GROUP BY auction \
+         ORDER BY bids DESC, auction LIMIT 3",
+        "auto",
+        "update",
+        3,
     );
 }

@@ -45,6 +45,10 @@ const QUERIES: &[&str] = &[
     "SELECT k, MIN(g) AS lo, MAX(g) AS hi, MAX(g) FILTER (WHERE v > 0) AS hip, COUNT(DISTINCT g) AS n, \
      COUNT(*) AS c FROM t GROUP BY k",
     "SELECT MIN(g) AS lo, MAX(g) AS hi, SUM(v) AS s FROM t WHERE f > 20",
+    // ORDER BY … LIMIT per window, in total orders (ties would pick either row)
+    "SELECT k, SUM(v) AS s, COUNT(*) AS c FROM t GROUP BY k ORDER BY c DESC, k LIMIT 2",
+    "SELECT g, MAX(f) AS m FROM t WHERE v IS NOT NULL GROUP BY g ORDER BY m, g LIMIT 3 OFFSET 1",
+    "SELECT k, g, COUNT(*) AS c FROM t GROUP BY k, g HAVING COUNT(*) > 1 ORDER BY k DESC, g",
     "SELECT k, g FROM t GROUP BY k, g HAVING k > 1",
 ];
 

@@ -63,11 +63,20 @@ fn table() -> Vec<(&'static str, Option<Why>)> {
         ),
         (
             "SELECT k, SUM(v) AS s FROM a GROUP BY k ORDER BY s DESC NULLS LAST, k LIMIT 2",
+            None,
+        ),
+        ("SELECT k, SUM(v) AS s FROM a GROUP BY k ORDER BY k", None),
+        (
+            "SELECT g, COUNT(*) AS c FROM a GROUP BY g ORDER BY c, g LIMIT 2 OFFSET 1",
+            None,
+        ),
+        (
+            "SELECT k, COUNT(*) AS c FROM a GROUP BY k LIMIT 0",
             Some(Why::Uses(Construct::Limit)),
         ),
         (
-            "SELECT k, SUM(v) AS s FROM a GROUP BY k ORDER BY k",
-            Some(Why::Uses(Construct::OrderBy)),
+            "SELECT k FROM a GROUP BY k ORDER BY COUNT(*) DESC, k LIMIT 1",
+            Some(Why::Uses(Construct::Limit)),
         ),
         (
             "SELECT k, COUNT(*) AS n FROM a WHERE v > (SELECT AVG(v) FROM a) GROUP BY k",

@@ -260,6 +260,39 @@ impl ViewRuntime for IncrementalView {
         }
         match self.mode {
             OutputMode::Append => out.batches.push(self.render(&closed, None)?),
+            OutputMode::Update if self.plan.order.is_some() => {
+                // ORDER BY … LIMIT per window: a changed window shows the top
+                // of all its groups, less what it showed before
+                for u in &step.changed {
+                    self.open.insert((u.window, u.key), u.aggs.clone());
+                }
+                for u in &step.closed {
+                    self.open.remove(&(u.window, u.key));
+                }
+                let mut windows: Vec<Window> = step.changed.iter().map(|u| u.window).collect();
+                windows.dedup();
+                let open: Vec<Update> = windows
+                    .iter()
+                    .flat_map(|w| {
+                        self.open
+                            .range((*w, 0)..=(*w, u64::MAX))
+                            .map(|((w, k), a)| Update {
+                                window: *w,
+                                key: *k,
+                                aggs: a.clone(),
+                            })
+                    })
+                    .collect();
+                let refs: Vec<&Update> = open.iter().collect();
+                let (rows, from) = self.render_indexed(&refs, Some(false))?;
+                let window_of: Vec<Window> = from.iter().map(|&i| open[i].window).collect();
+                out.batches
+                    .push(self.shown.replaced(&windows, &rows, &window_of)?);
+                for u in &step.closed {
+                    self.shown.close(&u.window);
+                }
+                out.batches.push(self.render(&closed, Some(true))?);
+            }
             OutputMode::Update => {
                 // only groups whose projected row changed (the rule both paths follow)
                 let (changed, groups): (Vec<&Update>, Vec<(Window, u64)>) = match distinct {

@@ -2,21 +2,24 @@
 //! columns of the Aggregate node's types (integers exact, an overflow an
 //! error), HAVING and the select list applied, window bounds prefixed.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use arrow::array::RecordBatchOptions;
 use arrow::array::{
     Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
     UInt32Array, UInt64Array,
 };
-use arrow::compute::{cast, filter_record_batch};
-use arrow::datatypes::DataType;
+use arrow::compute::{cast, filter_record_batch, lexsort_to_indices, SortColumn};
+use arrow::datatypes::{DataType, Field, Schema};
 use thund_dataflows::{Update, Value};
 
 use super::keys::KeyBytes;
 use super::IncrementalView;
 use crate::error::{Error, Result};
-use crate::plan::{ordered_as_integer, AggFunc, CompiledAgg, PerValue};
+use crate::plan::{ordered_as_integer, AggFunc, CompiledAgg, PerValue, TopN};
 use crate::time::{bound_array, EventTime};
+use crate::window::Window;
 
 impl IncrementalView {
     /// Turn dataflow results into output rows: keys decoded, accumulators to
@@ -87,11 +90,61 @@ impl IncrementalView {
             bound_array(&ms(&starts), &self.plan.bound),
             bound_array(&ms(&ends), &self.plan.bound),
         ];
+        let keys = match &self.plan.order {
+            Some(o) => Some(self.sort_keys(o, &query)?),
+            None => None,
+        };
         out.extend(query);
         if let Some(f) = fin {
             out.push(Arc::new(BooleanArray::from(vec![f; n])));
         }
-        Ok((RecordBatch::try_new(self.out.clone(), out)?, from))
+        let batch = RecordBatch::try_new(self.out.clone(), out)?;
+        match (&self.plan.order, keys) {
+            (Some(o), Some(keys)) => {
+                let windows: Vec<_> = from.iter().map(|&i| updates[i].window).collect();
+                let kept = top_n(o, &keys, &windows)?;
+                let idx = UInt32Array::from(kept.clone());
+                let cols = batch
+                    .columns()
+                    .iter()
+                    .map(|c| arrow::compute::take(c.as_ref(), &idx, None))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                let from = kept.iter().map(|&k| from[k as usize]).collect();
+                Ok((RecordBatch::try_new(self.out.clone(), cols)?, from))
+            }
+            _ => Ok((batch, from)),
+        }
+    }
+
+    /// The `ORDER BY` keys of the output rows (`query`: the select list's columns).
+    fn sort_keys(&self, o: &TopN, query: &[ArrayRef]) -> Result<Vec<SortColumn>> {
+        let n = query.first().map_or(0, |c| c.len());
+        let fields: Vec<Field> = self
+            .plan
+            .query_schema
+            .fields()
+            .iter()
+            .zip(query)
+            .map(|(f, c)| Field::new(f.name(), c.data_type().clone(), true))
+            .collect();
+        let batch = RecordBatch::try_new_with_options(
+            Arc::new(Schema::new(fields)),
+            query.to_vec(),
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?;
+        o.sort
+            .iter()
+            .map(|(e, options)| {
+                let values = e
+                    .evaluate(&batch)
+                    .and_then(|c| c.into_array(n))
+                    .map_err(|err| Error::eval(&self.view, err))?;
+                Ok(SortColumn {
+                    values,
+                    options: Some(*options),
+                })
+            })
+            .collect()
     }
 
     /// One aggregate's output column, in the type the Aggregate node declares.
@@ -245,6 +298,40 @@ impl IncrementalView {
         }));
         Ok(arrow::compute::take(values.as_ref(), &idx, None)?)
     }
+}
+
+/// `ORDER BY … LIMIT` per window: the indices of the rows kept, window by
+/// window (in window order), each window's in its sort order.
+fn top_n(o: &TopN, keys: &[SortColumn], windows: &[Window]) -> Result<Vec<u32>> {
+    let mut by_window: BTreeMap<Window, Vec<u32>> = BTreeMap::new();
+    for (i, w) in windows.iter().enumerate() {
+        by_window.entry(*w).or_default().push(i as u32);
+    }
+    let limit = o.fetch.map(|f| f.saturating_add(o.skip));
+    let mut kept = Vec::new();
+    for rows in by_window.into_values() {
+        let idx = UInt32Array::from(rows.clone());
+        let cols = keys
+            .iter()
+            .map(|k| {
+                Ok(SortColumn {
+                    values: arrow::compute::take(k.values.as_ref(), &idx, None)?,
+                    options: k.options,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let order = lexsort_to_indices(&cols, limit.map(|l| l.min(rows.len())))?;
+        let take = o.fetch.unwrap_or(usize::MAX);
+        kept.extend(
+            order
+                .values()
+                .iter()
+                .skip(o.skip)
+                .take(take)
+                .map(|&p| rows[p as usize]),
+        );
+    }
+    Ok(kept)
 }
 
 /// The values an integer type holds, as `i128` bounds.

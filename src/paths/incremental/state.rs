@@ -253,7 +253,10 @@ impl IncrementalView {
             .collect();
         let distinct = self.plan.keys.len() > self.plan.group_keys;
         self.distinct = None;
-        if self.mode == OutputMode::Complete || (distinct && self.mode == OutputMode::Update) {
+        let ranked = self.plan.order.is_some();
+        if self.mode == OutputMode::Complete
+            || ((distinct || ranked) && self.mode == OutputMode::Update)
+        {
             let open = match self.config.panes {
                 None => updates
                     .iter()
