@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take;
-use arrow::row::{RowConverter, SortField};
+use arrow::row::{RowConverter, Rows, SortField};
 use rustc_hash::FxHashMap;
 
 use crate::error::Result;
@@ -91,18 +91,10 @@ impl Shown {
         if batch.num_rows() == 0 && groups.is_empty() {
             return Ok(batch.clone());
         }
-        let shown = batch.project(&(0..batch.num_columns() - 1).collect::<Vec<_>>())?;
-        if self.conv.is_none() {
-            match converter(&shown) {
-                Ok(c) => self.conv = Some(c),
-                // rows that cannot be compared: every changed group shows its row
-                Err(_) => return Ok(batch.clone()),
-            }
-        }
-        let Some(conv) = self.conv.as_ref() else {
+        // rows that cannot be compared: every changed row is shown
+        let Some(rows) = self.rows_of(batch)? else {
             return Ok(batch.clone());
         };
-        let rows = conv.convert_columns(shown.columns())?;
         // per window: the new rows of its changed groups less their old ones
         let mut by_window: FxHashMap<Window, OldAndNew<'_>> = FxHashMap::default();
         for (w, key) in groups {
@@ -156,17 +148,10 @@ impl Shown {
         if batch.num_rows() == 0 && windows.is_empty() {
             return Ok(batch.clone());
         }
-        let shown = batch.project(&(0..batch.num_columns() - 1).collect::<Vec<_>>())?;
-        if self.conv.is_none() {
-            match converter(&shown) {
-                Ok(c) => self.conv = Some(c),
-                Err(_) => return Ok(batch.clone()),
-            }
-        }
-        let Some(conv) = self.conv.as_ref() else {
+        // rows that cannot be compared: every changed row is shown
+        let Some(rows) = self.rows_of(batch)? else {
             return Ok(batch.clone());
         };
-        let rows = conv.convert_columns(shown.columns())?;
         let mut new: FxHashMap<Window, Vec<(usize, &[u8])>> = FxHashMap::default();
         for (i, w) in window_of.iter().enumerate() {
             new.entry(*w).or_default().push((i, rows.row(i).data()));
@@ -197,6 +182,22 @@ impl Shown {
             }
         }
         Ok(out)
+    }
+
+    /// The shown columns of `batch` (all but Update mode's `final` flag) as
+    /// comparable rows; `None` if their types cannot be compared.
+    fn rows_of(&mut self, batch: &RecordBatch) -> Result<Option<Rows>> {
+        let shown = batch.project(&(0..batch.num_columns() - 1).collect::<Vec<_>>())?;
+        if self.conv.is_none() {
+            match converter(&shown) {
+                Ok(c) => self.conv = Some(c),
+                Err(_) => return Ok(None),
+            }
+        }
+        match self.conv.as_ref() {
+            Some(conv) => Ok(Some(conv.convert_columns(shown.columns())?)),
+            None => Ok(None),
+        }
     }
 
     /// A window closed: its groups show nothing any more.
