@@ -71,7 +71,9 @@
 //! What it does not do: callers cannot retract a contribution (only the eviction at a
 //! window's end retracts, which is what keeps MIN/MAX exact without storing values);
 //! float sums round in an unspecified order (exact whenever the partial sums are exactly
-//! representable); session windows, whose windows merge, are not supported here.
+//! representable); session windows, whose windows merge, are not windows here: the
+//! root crate holds a session's rows in fixed windows (panes of one gap, kept three
+//! gaps, re-inserted forward while their session lasts) and chains them into sessions.
 //!
 //! The source is laid out by concept:
 //!

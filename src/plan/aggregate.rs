@@ -81,6 +81,10 @@ pub struct AggregatePlan {
     /// `ORDER BY` over the output, per window, with its `OFFSET` and `LIMIT`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<Box<OrderSpec>>,
+    /// Session windows: their gap in ms (`windows` are then the units the
+    /// dataflow holds rows in: panes of one gap, each kept three gaps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_gap: Option<i64>,
 }
 
 /// `ORDER BY … [LIMIT n [OFFSET m]]` of an [`AggregatePlan`], applied to
@@ -99,12 +103,23 @@ impl std::fmt::Display for AggregatePlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (size, slide, offset) = self.windows;
         writeln!(f, "Incremental aggregate over `{}`", self.source)?;
-        writeln!(
-            f,
-            "  windows: size {size} ms, slide {slide} ms, offset {offset} ms"
-        )?;
+        if let Some(gap) = self.session_gap {
+            writeln!(f, "  windows: sessions per key, gap {gap} ms")?;
+            writeln!(
+                f,
+                "  state: per key and pane of {gap} ms (with its first and last event time), \
+                 chained into sessions on output"
+            )?;
+        } else {
+            writeln!(
+                f,
+                "  windows: size {size} ms, slide {slide} ms, offset {offset} ms"
+            )?;
+        }
         // hopping: the dataflow's state is per pane, each window folded from its panes
-        if let Some(p) = crate::window::Panes::new(size, slide, offset).filter(|_| size != slide) {
+        if let Some(p) = crate::window::Panes::new(size, slide, offset)
+            .filter(|_| size != slide && self.session_gap.is_none())
+        {
             writeln!(
                 f,
                 "  state: panes of {} ms, one update per pane and key",
@@ -224,6 +239,9 @@ pub(crate) struct CompiledAggregate {
     pub query_schema: SchemaRef,
     /// `ORDER BY … LIMIT` per window, over the query's output.
     pub order: Option<TopN>,
+    /// Session windows: the gap in ms (`windows` are then the panes rows are
+    /// held in, see `paths::incremental::session`).
+    pub session: Option<i64>,
 }
 
 /// `ORDER BY … [LIMIT n [OFFSET m]]`, applied to each window's output rows.
@@ -525,6 +543,7 @@ pub(super) fn compile(
                 fetch: o.fetch,
             })
         }),
+        session_gap: None,
     };
     let order = s
         .order
@@ -564,6 +583,51 @@ pub(super) fn compile(
         projection,
         query_schema,
         order,
+        session: None,
     };
     Ok((plan, compiled))
+}
+
+/// Whether a query runs per session incrementally: grouped by exactly the
+/// session key's columns (one row per session), or global with no key, and
+/// not ranked.
+pub(super) fn session_shape(s: &Shape<'_>, key: &[String]) -> Result<(), FallbackReason> {
+    let not = |what: String| Err(FallbackReason::SessionShape { what });
+    if s.order.is_some() {
+        return not("ORDER BY … LIMIT is not incremental".to_string());
+    }
+    let mut grouped: Vec<&str> = Vec::new();
+    for (i, g) in s.aggregate.group_expr.iter().enumerate() {
+        let Expr::Column(c) = g else {
+            return not(format!(
+                "the group key `{g}` is not a column of the session key"
+            ));
+        };
+        // a float key's -0.0 and 0.0 (or two NaNs) are one group but two sessions
+        let dt = s.aggregate.schema.field(i).data_type();
+        if matches!(
+            dt,
+            DataType::Float16 | DataType::Float32 | DataType::Float64
+        ) {
+            return not(format!(
+                "the session key `{}` of type {dt} is not incremental",
+                c.name
+            ));
+        }
+        grouped.push(&c.name);
+    }
+    let mut want: Vec<&str> = key.iter().map(String::as_str).collect();
+    grouped.sort_unstable();
+    grouped.dedup();
+    want.sort_unstable();
+    want.dedup();
+    if grouped != want {
+        return not(format!(
+            "GROUP BY ({}) is not the session key ({}): only a query grouped by \
+             exactly the session key is incremental",
+            grouped.join(", "),
+            want.join(", ")
+        ));
+    }
+    Ok(())
 }

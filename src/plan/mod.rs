@@ -87,8 +87,15 @@ pub enum FallbackReason {
     Requested,
     /// The view has no window.
     NoWindow,
-    /// Session windows.
+    /// Session windows of a shape the incremental path does not run
+    /// (kept for compatibility: see [`FallbackReason::SessionShape`]).
     SessionWindow,
+    /// Session windows over a query the incremental path does not run per
+    /// session: `what` says which part.
+    SessionShape {
+        /// What the query does that sessions do not take incrementally.
+        what: String,
+    },
     /// More than one source.
     SeveralSources,
     /// No GROUP BY and no aggregate.
@@ -158,6 +165,7 @@ impl std::fmt::Display for FallbackReason {
             Requested => f.write_str("mode = \"recompute\" was requested"),
             NoWindow => f.write_str("the view has no window: it is recomputed over all its rows"),
             SessionWindow => f.write_str("session windows run on the recompute path"),
+            SessionShape { what } => write!(f, "over session windows, {what}"),
             SeveralSources => f.write_str("the view reads several sources"),
             NoAggregate => f.write_str("the query has no GROUP BY or aggregate"),
             Uses(c) => write!(f, "the query uses {c}"),
@@ -248,6 +256,14 @@ impl Planned {
     }
 }
 
+/// A session window's gap (ms) and key columns; `None` for other windows.
+fn session_plan(window: &crate::spec::WindowSpec) -> Option<(i64, Vec<String>)> {
+    match &window.kind {
+        crate::spec::WindowKind::Session { gap, key } => Some((crate::spec::ms(*gap), key.clone())),
+        _ => None,
+    }
+}
+
 /// Decide (and compile) the plan of a validated view from its DataFusion
 /// logical plan, planned in `ctx`. `bound` is the type of the window bounds
 /// (the first source's event-time type) and `query_schema` the query's
@@ -265,7 +281,15 @@ pub(crate) fn plan_view(
     let Some(window) = spec.window.as_ref() else {
         return Planned::recompute(FallbackReason::NoWindow);
     };
-    let (Some(windows), Some(bound)) = (TimeWindows::from_spec(window), bound) else {
+    let session = session_plan(window);
+    let units = match &session {
+        // sessions: each row in its pane of `gap`, held until three gaps after its start
+        Some((gap, _)) => gap
+            .checked_mul(3)
+            .and_then(|size| TimeWindows::new(size, *gap, 0)),
+        None => TimeWindows::from_spec(window),
+    };
+    let (Some(windows), Some(bound)) = (units, bound) else {
         return Planned::recompute(FallbackReason::SessionWindow);
     };
     if spec.sources.len() != 1 {
@@ -275,14 +299,29 @@ pub(crate) fn plan_view(
     let grouped = shape::distinct_as_grouping(logical);
     let logical = grouped.as_ref().unwrap_or(logical);
     let compiled = shape::shape(logical).and_then(|s| {
-        aggregate::compile(
+        if let Some((_, key)) = &session {
+            aggregate::session_shape(&s, key)?;
+        }
+        let (mut plan, mut compiled) = aggregate::compile(
             &spec.sources[0].name,
             &s,
             windows,
             bound.clone(),
             query_schema,
             ctx,
-        )
+        )?;
+        if let Some((gap, _)) = session {
+            if compiled.keys.len() > compiled.group_keys {
+                return Err(FallbackReason::SessionShape {
+                    what: "aggregates kept per value (COUNT(DISTINCT …), MIN/MAX of strings) \
+                           are not incremental"
+                        .to_string(),
+                });
+            }
+            plan.session_gap = Some(gap);
+            compiled.session = Some(gap);
+        }
+        Ok((plan, compiled))
     });
     match compiled {
         Ok((plan, compiled)) => Planned {

@@ -359,6 +359,57 @@ fn event_times_whose_windows_do_not_fit_are_invalid_on_both_paths() {
     assert_eq!(results[0].0.len(), 3, "{results:?}");
 }
 
+/// Sessions at the ends of time: a span `[t, t + gap)` past `i64::MAX` is
+/// invalid; `i64::MIN` and a session ending exactly at `i64::MAX` are not.
+/// Both paths refuse the same rows and emit the same sessions.
+#[test]
+fn session_spans_that_do_not_fit_are_invalid_on_both_paths() {
+    let ts = [
+        i64::MIN,
+        i64::MIN + 5,
+        -1,
+        0,
+        i64::MAX - 30,
+        i64::MAX - 10,
+        i64::MAX - 1,
+        i64::MAX,
+    ];
+    let b = ints(&[1, 1, 2, 2, 1, 1, 2, 1], &[Some(1); 8], &ts);
+    let mut results = Vec::new();
+    for mode in [ExecMode::Auto, ExecMode::Recompute] {
+        let mut e = Engine::builder().build().expect("engine");
+        e.create_view(
+            ViewSpec::builder(
+                "v",
+                "SELECT k, COUNT(*) AS c, MIN(ts) AS first FROM t GROUP BY k",
+            )
+            .source("t", "ts", b.schema())
+            .window(WindowSpec::session(Duration::from_millis(10), &["k"]))
+            .mode(mode)
+            .build()
+            .expect("spec"),
+        )
+        .expect("view");
+        let want = match mode {
+            ExecMode::Auto => thund::PathKind::Incremental,
+            _ => thund::PathKind::Recompute,
+        };
+        assert_eq!(e.plan("v").expect("plan").path(), want);
+        e.push("t", b.slice(0, 4)).expect("push");
+        let mut out = e.trigger().expect("trigger").views[0].output.clone();
+        e.push("t", b.slice(4, 4)).expect("push");
+        out.extend(e.trigger().expect("trigger").views[0].output.clone());
+        out.extend(e.finish().expect("finish").views[0].output.clone());
+        let c = e.counters("v").expect("counters");
+        results.push((common::canon(&out), c.invalid_rows, c.late_rows_dropped));
+    }
+    // MAX-1 and MAX: their span would end past i64::MAX
+    assert_eq!(results[0].1, 2, "{results:?}");
+    assert_eq!(results[0], results[1]);
+    // sessions (MIN, MIN+5), (-1, 0), (MAX-30) and (MAX-10, ending at MAX)
+    assert_eq!(results[0].0.len(), 4, "{results:?}");
+}
+
 #[test]
 fn an_event_time_that_does_not_fit_does_not_move_the_watermark() {
     for mode in [ExecMode::Auto, ExecMode::Recompute] {

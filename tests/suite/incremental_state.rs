@@ -266,3 +266,66 @@ fn avg_of_an_all_null_group_is_null_and_count_is_zero() {
     }
     assert_eq!(b.num_rows(), 2);
 }
+
+/// Session windows over 2 M rows: each key pauses for a second every four,
+/// so its sessions (300 ms gap) close, and between pauses runs on for many
+/// gaps, its early units carried into later ones. The held units (in the
+/// dataflow and on the host) stay within the few panes a key's open rows
+/// span, far below every pane the stream touched.
+#[test]
+fn session_state_is_bounded_by_open_panes_times_keys() {
+    const KEYS: u64 = 100;
+    const BATCHES: usize = 200; // x 10 000 rows = 2 M rows
+    for mode in [OutputMode::Append, OutputMode::Update] {
+        let mut e = Engine::builder()
+            .with_state_root("memory://bounded-sessions")
+            .build()
+            .expect("engine");
+        let mut spec = view(
+            "SELECT k, COUNT(*) AS c, SUM(v) AS s, MAX(v) AS m FROM t WHERE v > 10 GROUP BY k",
+            WindowSpec::session(Duration::from_millis(300), &["k"]),
+            500,
+        );
+        spec.output = mode;
+        e.create_view(spec).expect("view");
+        assert_eq!(e.plan("v").expect("plan").path(), PathKind::Incremental);
+        // open rows span at most [W − 500 ms, W + 1 s + 500 ms): 2 s, about 7
+        // panes of 300 ms, each kept 3 gaps (+3), one carried: 11 units per key,
+        // each held on the host and (with a retraction pending, up to 2
+        // records) in the dataflow (measured peak: 1 875)
+        let bound = 11 * 3 * KEYS as usize;
+        let mut r = SplitMix::new(2);
+        let (mut peak, mut closed) = (0, 0u64);
+        for b in 0..BATCHES {
+            let (mut k, mut v, mut ts) = (Vec::new(), Vec::new(), Vec::new());
+            for j in 0..10_000i64 {
+                let key = r.below(KEYS) as i64;
+                let (x, back) = (r.below(1000) as i64, r.below(500) as i64);
+                if (b as i64 + key) % 4 == 0 {
+                    continue; // this key's pause
+                }
+                k.push(key);
+                v.push(x);
+                ts.push(b as i64 * 1000 + j / 10 - back);
+            }
+            e.push("t", batch(k, v, ts)).expect("push");
+            closed += e.trigger().expect("trigger").views[0].windows_closed;
+            let size = e.state_size("v").expect("size").expect("incremental");
+            peak = peak.max(size);
+            assert!(
+                size <= bound,
+                "{mode:?}, after batch {b}: {size} records > bound {bound}"
+            );
+        }
+        // about one session per key and pause
+        assert!(
+            closed >= (BATCHES as u64 / 4 - 2) * KEYS,
+            "{mode:?}: sessions closed as W advanced: {closed}"
+        );
+        // without eviction every pane the stream touched stays: ~660 per key
+        assert!(
+            peak * 10 < BATCHES * 1000 / 300 * KEYS as usize,
+            "{mode:?}: peak {peak} is not far below the panes touched"
+        );
+    }
+}

@@ -53,6 +53,11 @@ const SHAPES: &[(&str, &str, ExecMode)] = &[
         "hop",
         ExecMode::Auto,
     ),
+    (
+        "SELECT COUNT(*) AS c, MAX(v) AS mx, MIN(ts) AS first FROM t WHERE v > 0",
+        "global session",
+        ExecMode::Auto,
+    ),
 ];
 
 static CASE: AtomicUsize = AtomicUsize::new(0);
@@ -62,7 +67,8 @@ fn spec(shape: usize, mode: OutputMode) -> ViewSpec {
     let w = match win {
         "hop" => WindowSpec::hopping(Duration::from_millis(2000), Duration::from_millis(1000)),
         "tumble" => WindowSpec::tumbling(Duration::from_millis(1500)),
-        _ => WindowSpec::session(Duration::from_millis(700), &["k"]),
+        "session" => WindowSpec::session(Duration::from_millis(700), &["k"]),
+        _ => WindowSpec::session(Duration::from_millis(700), &[]),
     };
     ViewSpec::builder("v", sql)
         .source("t", "ts", common::schema())
@@ -160,7 +166,7 @@ proptest! {
             prop_assert_eq!(rec.extra["trigger"].as_u64(), Some(from as u64));
             prop_assert!(rec.fell_back_from.is_empty());
         }
-        let want = if SHAPES[shape].2 == ExecMode::Auto && SHAPES[shape].1 != "session" {
+        let want = if SHAPES[shape].2 == ExecMode::Auto {
             PathKind::Incremental
         } else {
             PathKind::Recompute

@@ -207,16 +207,86 @@ fn each_query_takes_its_path_and_equals_the_oracle() {
     insta::assert_snapshot!("routing_explain", explains);
 }
 
+/// Session views grouped by exactly their key (or global with no key) are
+/// incremental; grouped otherwise, ranked, kept per value or keyed by a
+/// float they stay on recompute, each with its reason.
 #[test]
-fn sessions_no_window_and_forced_recompute_fall_back_with_reasons() {
+fn session_views_route_by_shape() {
+    let session = |key: &[&str]| WindowSpec::session(Duration::from_secs(1), key);
+    let incremental = [
+        ("SELECT k, COUNT(*) AS c FROM a GROUP BY k", vec!["k"]),
+        (
+            "SELECT g, k, SUM(v) AS s FROM a WHERE v > 0 GROUP BY k, g",
+            vec!["k", "g"],
+        ),
+        ("SELECT COUNT(*) AS c, MAX(ts) AS last FROM a", vec![]),
+    ];
+    let plan_of = |sql: &str, key: &[&str]| {
+        let mut e = Engine::builder().build().expect("engine");
+        e.create_view(
+            ViewSpec::builder("v", sql)
+                .source("a", "ts", common::schema())
+                .window(session(key))
+                .build()
+                .expect("spec"),
+        )
+        .expect("view");
+        e.plan("v").expect("plan").clone()
+    };
+    for (sql, key) in incremental {
+        let plan = plan_of(sql, &key);
+        assert_eq!(plan.path(), PathKind::Incremental, "{sql}: {plan}");
+        assert!(
+            plan.to_string().contains("sessions per key, gap 1000 ms"),
+            "{plan}"
+        );
+    }
+    let fallback = [
+        (
+            "SELECT k, g, COUNT(*) AS c FROM a GROUP BY k, g",
+            vec!["k"],
+            "GROUP BY (g, k) is not the session key (k)",
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM a",
+            vec!["k"],
+            "GROUP BY () is not the session key (k)",
+        ),
+        (
+            "SELECT k % 2 AS p, COUNT(*) AS c FROM a GROUP BY k % 2",
+            vec!["k"],
+            "is not a column of the session key",
+        ),
+        (
+            "SELECT f, COUNT(*) AS c FROM a GROUP BY f",
+            vec!["f"],
+            "of type Float64 is not incremental",
+        ),
+        (
+            "SELECT k, COUNT(DISTINCT g) AS n FROM a GROUP BY k",
+            vec!["k"],
+            "kept per value",
+        ),
+        (
+            "SELECT k, COUNT(*) AS c FROM a GROUP BY k ORDER BY c LIMIT 1",
+            vec!["k"],
+            "ORDER BY … LIMIT",
+        ),
+    ];
+    for (sql, key, why) in fallback {
+        let plan = plan_of(sql, &key);
+        assert_eq!(plan.path(), PathKind::Recompute, "{sql}");
+        assert!(
+            matches!(plan.reason(), Some(Why::SessionShape { what }) if what.contains(why)),
+            "{sql}: {plan}"
+        );
+    }
+}
+
+#[test]
+fn no_window_and_forced_recompute_fall_back_with_reasons() {
     let sql = "SELECT k, COUNT(*) AS c FROM a GROUP BY k";
     let cases = [
-        (
-            Some(WindowSpec::session(Duration::from_secs(1), &["k"])),
-            ExecMode::Auto,
-            OutputMode::Append,
-            Why::SessionWindow,
-        ),
         (None, ExecMode::Auto, OutputMode::Complete, Why::NoWindow),
         (
             Some(WindowSpec::tumbling(Duration::from_secs(1))),

@@ -68,6 +68,9 @@ pub(super) struct Groups {
     /// unit fits in the packed key's unused bytes: 24-byte entries instead of
     /// 48, so twice as many stay in cache.
     narrow_index: FxHashMap<(u64, u64), u32>,
+    /// Session windows, by group slot: its rows' first and last time, how
+    /// many rows, how many WHERE let through.
+    extent: Vec<[i64; 4]>,
 }
 
 impl Groups {
@@ -79,6 +82,7 @@ impl Groups {
         self.index.clear();
         self.short_index.clear();
         self.narrow_index.clear();
+        self.extent.clear();
     }
 
     /// Whether its buffers are worth keeping for the next trigger (those of a
@@ -212,6 +216,9 @@ struct Batch<'a> {
     /// No group keys (a global aggregate, whose dataflow key may still be a
     /// value kept per value): a window with rows has its row.
     global: bool,
+    /// Session windows: a row WHERE refuses still extends its session (its
+    /// slot's extent), without feeding an aggregate.
+    session: bool,
 }
 
 impl Batch<'_> {
@@ -308,7 +315,7 @@ fn assign_slots<'k>(
         let passes = b.pass[i];
         // a filtered row makes no group; a global aggregate still has its
         // window (with a value kept per value, as an entry that counts nothing)
-        if !passes && !b.global {
+        if !passes && !b.global && !b.session {
             continue;
         }
         let t = b.times[i];
@@ -360,6 +367,16 @@ fn assign_slots<'k>(
                 .entry((u, GLOBAL))
                 .or_insert_with(|| new_group(GLOBAL)),
         };
+        if b.session {
+            if slot == g.extent.len() {
+                g.extent.push([t, t, 0, 0]);
+            }
+            let e = &mut g.extent[slot];
+            e[0] = e[0].min(t);
+            e[1] = e[1].max(t);
+            e[2] += 1;
+            e[3] += i64::from(passes);
+        }
         if passes {
             fed.push((i, slot));
         }
@@ -517,6 +534,21 @@ fn fold_ints(
 }
 
 impl IncrementalView {
+    /// The dataflow's key columns of a batch, canonical (`-0.0` as `0.0`, one NaN).
+    pub(super) fn key_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        let n = batch.num_rows();
+        self.plan
+            .keys
+            .iter()
+            .map(|k| {
+                k.evaluate(batch)
+                    .and_then(|c| c.into_array(n))
+                    .map(|a| canonical_array(&a))
+            })
+            .collect::<datafusion::error::Result<Vec<_>>>()
+            .map_err(|e| Error::eval(&self.view, e))
+    }
+
     /// An aggregate's argument column, typed for the fold. With `only` (its
     /// `FILTER`'s true rows, as validity), the other rows are null to it: no
     /// aggregate folds a null, so they feed nothing.
@@ -574,7 +606,12 @@ impl IncrementalView {
     /// With more than one worker, the key dictionary has a shard per worker
     /// and each shard folds its keys' rows on its own thread (the calling one
     /// and scoped helpers; the workers wait for the updates meanwhile).
-    pub(super) fn ingest(&mut self, on_time: Vec<OnTime>, w_prev: Option<EventTime>) -> Result<()> {
+    pub(super) fn ingest(
+        &mut self,
+        on_time: Vec<OnTime>,
+        w_prev: Option<EventTime>,
+        w: Option<EventTime>,
+    ) -> Result<()> {
         let view = self.view.clone();
         let folds = &self.folds;
         let kinds: Vec<AggKind> = folds
@@ -601,17 +638,7 @@ impl IncrementalView {
             let key_rows = match &self.converter {
                 None => None,
                 Some(conv) => {
-                    let cols = self
-                        .plan
-                        .keys
-                        .iter()
-                        .map(|k| {
-                            k.evaluate(batch)
-                                .and_then(|c| c.into_array(n))
-                                .map(|a| canonical_array(&a))
-                        })
-                        .collect::<datafusion::error::Result<Vec<_>>>()
-                        .map_err(|e| Error::eval(&view, e))?;
+                    let cols = self.key_columns(batch)?;
                     Some(match packed_columns(&cols) {
                         Some(p) => KeyRows::Packed(p),
                         None => KeyRows::Rows(conv.convert_columns(&cols)?),
@@ -653,6 +680,7 @@ impl IncrementalView {
                 w_prev,
                 shards,
                 global: self.plan.group_keys == 0,
+                session: self.sessions.is_some(),
             };
             let dicts = self.keys.shards_mut();
             let folded: Vec<std::result::Result<(), thund_dataflows::Error>> =
@@ -697,10 +725,35 @@ impl IncrementalView {
             states.reserve(g.groups.len() * folds.column_of.len());
             for s in 0..g.groups.len() {
                 states.extend(folds.column_of.iter().map(|&c| g.cols[c].state(s)));
+                if let Some(&[first, last, rows, through]) = g.extent.get(s) {
+                    states.extend(super::session::extra_states(first, last, rows, through));
+                }
             }
         }
         groups.retain(Groups::reusable);
         self.scratch = groups;
+        if let Some(store) = &self.sessions {
+            // the sessions Update mode shows, then the units this watermark
+            // evicts from sessions still open, carried to their last unit
+            let m = states.len() / keys.len().max(1);
+            self.touched = keys
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, k))| match states[i * m + m - 3].value {
+                    Value::Int(t) => Some((*k, t as EventTime)),
+                    _ => None,
+                })
+                .collect();
+            if let Some(w) = w {
+                let carries = store
+                    .carries(&keys, &states, w)
+                    .map_err(|e| Error::dataflow(&view, e))?;
+                for (unit, k, st) in carries {
+                    keys.push((unit, k));
+                    states.extend(st);
+                }
+            }
+        }
         if keys.is_empty() {
             return Ok(());
         }

@@ -8,12 +8,15 @@
 //! pre-aggregated by (window, key). After results leave ([`render`]): keys
 //! are decoded, accumulators become Arrow columns shaped like the Aggregate
 //! node's output, and HAVING and the select list run on that batch.
-//! [`state`] is this path's checkpoint format.
+//! [`state`] is this path's checkpoint format. Values kept per value are
+//! merged per group in [`distinct`]; session windows are panes chained into
+//! sessions in [`session`].
 
 mod distinct;
 mod ingest;
 mod keys;
 mod render;
+mod session;
 mod state;
 
 use std::collections::BTreeMap;
@@ -132,6 +135,11 @@ pub(crate) struct IncrementalView {
     /// `COUNT(DISTINCT …)` in Update and Complete modes: the open entries of
     /// each group (made at the first changes).
     distinct: Option<distinct::DistinctGroups>,
+    /// Session windows: the open units and the sessions they chain into.
+    sessions: Option<session::SessionStore>,
+    /// Session windows: each key that took rows this trigger, with a time of
+    /// those rows (the sessions Update mode shows).
+    touched: Vec<(u64, EventTime)>,
 }
 
 impl IncrementalView {
@@ -146,10 +154,16 @@ impl IncrementalView {
     ) -> Result<Self> {
         let converter = key_converter(&plan)?;
         let workers = cluster.workers();
-        let mut config =
-            Config::new(plan.aggs.iter().map(|a| a.kind).collect()).with_workers(workers);
+        let mut kinds: Vec<_> = plan.aggs.iter().map(|a| a.kind).collect();
+        if plan.session.is_some() {
+            kinds.extend(session::EXTRAS);
+        }
+        let sessions = plan
+            .session
+            .map(|gap| session::SessionStore::new(gap, kinds.clone()));
+        let mut config = Config::new(kinds).with_workers(workers);
         // hopping windows: one update per pane, the dataflow derives the windows
-        if plan.windows.size() != plan.windows.slide() {
+        if plan.windows.size() != plan.windows.slide() && plan.session.is_none() {
             config = config.with_panes(plan.windows.panes());
         }
         if !checkpointed {
@@ -157,8 +171,9 @@ impl IncrementalView {
         }
         let mut dataflow = WindowedAggregate::spawn_on(&cluster, config.clone())
             .map_err(|e| Error::dataflow(view, e))?;
-        // Append mode without checkpoints reads only closed windows
-        dataflow.report_changes(mode != OutputMode::Append);
+        // Append mode without checkpoints reads only closed windows (sessions
+        // read every unit's changes)
+        dataflow.report_changes(mode != OutputMode::Append || sessions.is_some());
         let out = output_schema(&plan.query_schema, Some(&plan.bound), mode);
         let folds = Folds::of(&plan);
         Ok(IncrementalView {
@@ -179,6 +194,8 @@ impl IncrementalView {
             folds,
             scratch: Vec::new(),
             distinct: None,
+            sessions,
+            touched: Vec::new(),
         })
     }
 }
@@ -191,11 +208,14 @@ impl ViewRuntime for IncrementalView {
     fn classify(
         &self,
         _source: usize,
-        _batch: &RecordBatch,
+        batch: &RecordBatch,
         times: &Int64Array,
         w_prev: Option<EventTime>,
     ) -> Result<Refusals> {
-        Ok(classify_time(&self.plan.windows, times, w_prev))
+        match &self.sessions {
+            Some(s) => self.classify_sessions(s, batch, times, w_prev),
+            None => Ok(classify_time(&self.plan.windows, times, w_prev)),
+        }
     }
 
     /// Take in this trigger's rows, advance the dataflow to `w`, emit per the output mode.
@@ -205,7 +225,7 @@ impl ViewRuntime for IncrementalView {
         w_prev: Option<EventTime>,
         w: Option<EventTime>,
     ) -> Result<StepOutput> {
-        self.ingest(on_time, w_prev)?;
+        self.ingest(on_time, w_prev, w)?;
         let mut out = StepOutput::default();
         let Some(w) = w else { return Ok(out) };
         let step = self
@@ -230,6 +250,13 @@ impl ViewRuntime for IncrementalView {
                     }
                 }
             }
+        }
+        if self.sessions.is_some() {
+            let touched = std::mem::take(&mut self.touched);
+            self.step_sessions(&step, &touched, w, &mut out)?;
+            out.batches.retain(|b| b.num_rows() > 0);
+            self.keys.reclaim(w);
+            return Ok(out);
         }
         out.windows_closed = {
             let mut ws: Vec<_> = step.closed.iter().map(|u| u.window).collect();
@@ -353,9 +380,11 @@ impl ViewRuntime for IncrementalView {
         RuntimeStats {
             buffered_rows: 0,
             // with COUNT(DISTINCT …) in Update or Complete mode, the host
-            // also holds the open groups' entries
+            // also holds the open groups' entries; with sessions, the units
             state_records: Some(
-                self.dataflow.state_size() + self.distinct.as_ref().map_or(0, |d| d.len()),
+                self.dataflow.state_size()
+                    + self.distinct.as_ref().map_or(0, |d| d.len())
+                    + self.sessions.as_ref().map_or(0, |s| s.len()),
             ),
             frontier: (f != EventTime::MIN).then_some(f),
         }

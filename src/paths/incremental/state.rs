@@ -97,14 +97,16 @@ impl IncrementalView {
     /// dataflow's keys decoded to their Arrow types (the group keys, then a
     /// `COUNT(DISTINCT …)` argument), then per aggregate `j`:
     /// `agg{j}_count` (non-NULL inputs), `agg{j}_int` (integer or scaled
-    /// decimal accumulator) and `agg{j}_float` (float accumulator).
+    /// decimal accumulator) and `agg{j}_float` (float accumulator). Session
+    /// windows add three states after the aggregates (a unit's first and last
+    /// time and rows through WHERE, see `session`); their windows are units.
     fn state_schema(&self) -> SchemaRef {
         let mut fields = vec![
             Field::new("window_start", DataType::Int64, false),
             Field::new("window_end", DataType::Int64, false),
         ];
         fields.extend(self.plan.key_fields.iter().cloned());
-        for j in 0..self.plan.aggs.len() {
+        for j in 0..self.config.aggs.len() {
             fields.push(Field::new(format!("agg{j}_count"), DataType::Int64, false));
             fields.push(Field::new(
                 format!("agg{j}_int"),
@@ -120,7 +122,7 @@ impl IncrementalView {
         Ok(StateEncoder {
             schema: self.state_schema(),
             converter: super::key_converter(&self.plan)?,
-            aggs: self.plan.aggs.len(),
+            aggs: self.config.aggs.len(),
             panes: self.config.panes,
         })
     }
@@ -187,7 +189,7 @@ impl IncrementalView {
         self.keys = Keys::new(self.config.workers);
         let mut merged: BTreeMap<(Window, u64), Vec<AggState>> = BTreeMap::new();
         for (_, b) in state {
-            if b.num_columns() != 2 + n_keys + 3 * self.plan.aggs.len() {
+            if b.num_columns() != 2 + n_keys + 3 * self.config.aggs.len() {
                 return Err(bad("unexpected columns"));
             }
             let i64col = |i: usize| {
@@ -204,7 +206,7 @@ impl IncrementalView {
                 None => None,
             };
             let mut per_agg = Vec::new();
-            for j in 0..self.plan.aggs.len() {
+            for j in 0..self.config.aggs.len() {
                 let base = 2 + n_keys + 3 * j;
                 let c = i64col(base)?;
                 let int = b
@@ -251,11 +253,24 @@ impl IncrementalView {
             .into_iter()
             .map(|((window, key), aggs)| Update { window, key, aggs })
             .collect();
+        if let Some(gap) = self.plan.session {
+            self.sessions = Some(super::session::SessionStore::restored(
+                gap,
+                self.config.aggs.clone(),
+                &updates,
+                w,
+                &self.keys,
+            ));
+            if self.mode == OutputMode::Complete {
+                self.closed_results = ClosedResults::restored(closed.clone());
+            }
+        }
         let distinct = self.plan.keys.len() > self.plan.group_keys;
         self.distinct = None;
         let ranked = self.plan.order.is_some();
-        if self.mode == OutputMode::Complete
-            || ((distinct || ranked) && self.mode == OutputMode::Update)
+        if self.plan.session.is_none()
+            && (self.mode == OutputMode::Complete
+                || ((distinct || ranked) && self.mode == OutputMode::Update))
         {
             let open = match self.config.panes {
                 None => updates
@@ -294,8 +309,9 @@ impl IncrementalView {
         self.dataflow =
             WindowedAggregate::restore_on(&self.cluster, self.config.clone(), at, updates)
                 .map_err(|e| Error::dataflow(&self.view, e))?;
-        self.dataflow
-            .report_changes(self.mode != OutputMode::Append || self.checkpointing);
+        self.dataflow.report_changes(
+            self.mode != OutputMode::Append || self.checkpointing || self.sessions.is_some(),
+        );
         self.unsaved.clear();
         Ok(())
     }

@@ -22,6 +22,11 @@ pub(super) struct Session {
     result: Option<RecordBatch>,
 }
 
+/// Row `i`'s session key bytes (empty for the global session stream).
+fn key_bytes(keys: &Option<arrow::row::Rows>, i: usize) -> &[u8] {
+    keys.as_ref().map_or(&[], |r| r.row(i).data())
+}
+
 /// The open sessions of every key.
 pub(super) struct Sessions {
     gap: i64,
@@ -67,13 +72,18 @@ impl Sessions {
         })
     }
 
-    fn keys(&self, batch: &RecordBatch) -> Result<arrow::row::Rows> {
+    /// The rows' session keys (`None` without key columns: one global
+    /// session stream, every row's key empty).
+    fn keys(&self, batch: &RecordBatch) -> Result<Option<arrow::row::Rows>> {
+        if self.key_cols.is_empty() {
+            return Ok(None);
+        }
         let cols: Vec<ArrayRef> = self
             .key_cols
             .iter()
             .map(|i| batch.column(*i).clone())
             .collect();
-        Ok(self.converter.convert_columns(&cols)?)
+        Ok(Some(self.converter.convert_columns(&cols)?))
     }
 
     fn end(&self, s: &Session) -> EventTime {
@@ -102,7 +112,7 @@ impl Sessions {
                     let behind = w_prev.is_some_and(|wp| span.end <= wp);
                     let merges_closed = self
                         .closed_end
-                        .get(keys.row(i).as_ref())
+                        .get(key_bytes(&keys, i))
                         .is_some_and(|e| t < *e);
                     (behind || merges_closed).then_some((i, Refusal::Late(Some(span))))
                 }
@@ -120,7 +130,7 @@ impl Sessions {
             let mut by_key: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
             for i in 0..o.batch.num_rows() {
                 by_key
-                    .entry(keys.row(i).as_ref().to_vec())
+                    .entry(key_bytes(&keys, i).to_vec())
                     .or_default()
                     .push(i as u32);
             }
