@@ -13,7 +13,14 @@
 //! Then the other incremental shapes (issue 10) over the same stream, at
 //! tumbling 10 s and 1 h: aggregates with `FILTER (WHERE …)`, `MIN`/`MAX`
 //! of a timestamp and of a string, `COUNT(DISTINCT …)`, the top 3 per
-//! window (`ORDER BY … LIMIT`) and `SELECT DISTINCT`.
+//! window (`ORDER BY … LIMIT`), `SELECT DISTINCT` and the auctions with the
+//! most bids per window (Nexmark q5's shape: an aggregate, then a query over
+//! its groups). Then session windows
+//! (gap 10 s), over at most 200 000 rows (the recompute path evaluates each
+//! dirty session on its own): by auction (a bid every 2 s per auction: each
+//! session runs on for the whole stream, its panes carried forward) and by
+//! price (10 000 keys, a bid every 100 s per price: most sessions hold one
+//! row, and thousands close per trigger).
 //!
 //! `THUND_SWEEP_ROWS` sets the rows per run (default 1 000 000);
 //! `THUND_SWEEP_ONLY=<substring>` runs only the rows whose name (shape and
@@ -67,7 +74,28 @@ const SHAPES: &[(&str, &str)] = &[
         "select distinct",
         "SELECT DISTINCT auction, price / 1000 AS band FROM bids",
     ),
+    (
+        "hot items (q5)",
+        "SELECT auction, bids FROM (SELECT auction, COUNT(*) AS bids FROM bids GROUP BY auction) AS c \
+         WHERE bids = (SELECT MAX(bids) FROM \
+         (SELECT auction, COUNT(*) AS bids FROM bids GROUP BY auction) AS m)",
+    ),
 ];
+/// Session-window views, by name, with their key (gap 10 s).
+const SESSIONS: &[(&str, &str, &str)] = &[
+    (
+        "sessions by auction",
+        "SELECT auction, COUNT(*) AS bids, MAX(price) AS high FROM bids GROUP BY auction",
+        "auction",
+    ),
+    (
+        "sessions by price",
+        "SELECT price, COUNT(*) AS bids, MAX(ts) AS last FROM bids GROUP BY price",
+        "price",
+    ),
+];
+/// Rows per run of a session view, at most.
+const SESSION_ROWS: usize = 200_000;
 const AUCTIONS: u64 = 200;
 
 fn schema() -> SchemaRef {
@@ -169,6 +197,16 @@ fn main() {
         "| window | rows/trigger | incremental p50 | p99 | recompute p50 | p99 | recompute / incremental (p50) |"
     );
     println!("|---|---|---|---|---|---|---|");
+    let sessions: Vec<(String, &str, WindowSpec)> = SESSIONS
+        .iter()
+        .map(|(name, sql, key)| {
+            (
+                format!("{name}, session 10 s"),
+                *sql,
+                WindowSpec::session(s(10), &[key]),
+            )
+        })
+        .collect();
     let mut rows_run: Vec<(String, &str, &WindowSpec)> = windows
         .iter()
         .map(|(name, w)| (name.to_string(), SQL, w))
@@ -181,10 +219,17 @@ fn main() {
             rows_run.push((format!("{shape}, {name}"), *sql, w));
         }
     }
+    for (name, sql, w) in &sessions {
+        rows_run.push((name.clone(), sql, w));
+    }
     for (name, sql, w) in &rows_run {
         if !name.contains(only.as_str()) {
             continue;
         }
+        let rows = match w.kind {
+            thund::WindowKind::Session { .. } => rows.min(SESSION_ROWS),
+            _ => rows,
+        };
         for per in [10_000usize, 1_000] {
             if per_only.is_some_and(|p| p != per) {
                 continue;

@@ -26,15 +26,16 @@ pub(crate) mod sql;
 
 use std::sync::Arc;
 
-use arrow::array::{Int64Array, RecordBatch};
+use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::plan::Planned;
 use crate::spec::{OutputMode, ViewSpec};
 use crate::state::Export;
-use crate::time::EventTime;
+use crate::time::{bound_column, EventTime};
 use crate::window::late::Refusals;
+use crate::window::Window;
 
 /// A source as a view sees it.
 #[derive(Clone, Debug)]
@@ -130,6 +131,7 @@ pub(crate) fn build(
             spec.output,
             cluster,
             checkpointed,
+            eval,
         )?),
         (Some(_), None) => {
             return Err(Error::internal(
@@ -145,6 +147,26 @@ pub(crate) fn build(
             spec.output,
         )?),
     })
+}
+
+/// Prefix a query result with its window bounds and, in Update mode, the `final` flag.
+pub(crate) fn with_bounds(
+    out: &SchemaRef,
+    window: Option<(Window, Option<&DataType>)>,
+    result: &RecordBatch,
+    fin: Option<bool>,
+) -> Result<RecordBatch> {
+    let n = result.num_rows();
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(out.fields().len());
+    if let Some((w, Some(dt))) = window {
+        cols.push(bound_column(w.start, dt, n));
+        cols.push(bound_column(w.end, dt, n));
+    }
+    cols.extend(result.columns().iter().cloned());
+    if let Some(fin) = fin {
+        cols.push(Arc::new(BooleanArray::from(vec![fin; n])));
+    }
+    Ok(RecordBatch::try_new(out.clone(), cols)?)
 }
 
 /// Output schema of a view: window bounds, the query's columns, and `final` in Update mode.

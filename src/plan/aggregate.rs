@@ -85,6 +85,10 @@ pub struct AggregatePlan {
     /// dataflow holds rows in: panes of one gap, each kept three gaps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_gap: Option<i64>,
+    /// The rest of the query, evaluated per window over the aggregate's rows
+    /// (the source is read only through this aggregate), as DataFusion prints it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post: Option<String>,
 }
 
 /// `ORDER BY … [LIMIT n [OFFSET m]]` of an [`AggregatePlan`], applied to
@@ -151,6 +155,16 @@ impl std::fmt::Display for AggregatePlan {
         }
         if let Some(h) = &self.having {
             writeln!(f, "  post: HAVING {h}")?;
+        }
+        if let Some(rest) = &self.post {
+            write!(
+                f,
+                "  post: per window, the rest of the query over the aggregate's rows:"
+            )?;
+            for line in rest.lines() {
+                write!(f, "\n    {line}")?;
+            }
+            return Ok(());
         }
         write!(f, "  post: SELECT {}", self.output.join(", "))?;
         if let Some(o) = self.order.as_deref() {
@@ -242,6 +256,25 @@ pub(crate) struct CompiledAggregate {
     /// Session windows: the gap in ms (`windows` are then the panes rows are
     /// held in, see `paths::incremental::session`).
     pub session: Option<i64>,
+    /// The rest of the query over the aggregate's rows, per window.
+    pub post: Option<PostPlan>,
+}
+
+impl CompiledAggregate {
+    /// Whether rows WHERE refuses still make their group slot (session
+    /// windows: they extend their session; a post stage: they make their
+    /// window exist), with three more states per group after the aggregates
+    /// (first and last event time, rows WHERE let through).
+    pub fn keeps_refused_rows(&self) -> bool {
+        self.session.is_some() || self.post.is_some()
+    }
+}
+
+/// The rest of a query that reads its source only through one aggregate
+/// (see `plan::post`): a plan over `table`, which holds a window's groups.
+pub(crate) struct PostPlan {
+    pub rest: datafusion::logical_expr::LogicalPlan,
+    pub table: Arc<datafusion::datasource::MemTable>,
 }
 
 /// `ORDER BY … [LIMIT n [OFFSET m]]`, applied to each window's output rows.
@@ -544,6 +577,7 @@ pub(super) fn compile(
             })
         }),
         session_gap: None,
+        post: None,
     };
     let order = s
         .order
@@ -584,6 +618,7 @@ pub(super) fn compile(
         query_schema,
         order,
         session: None,
+        post: None,
     };
     Ok((plan, compiled))
 }

@@ -9,6 +9,7 @@
 //! `create_view` error. Every trigger report and `explain` shows the decision.
 
 mod aggregate;
+mod post;
 mod shape;
 
 use arrow::datatypes::{DataType, SchemaRef};
@@ -16,7 +17,9 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 
-pub(crate) use aggregate::{ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue, TopN};
+pub(crate) use aggregate::{
+    ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue, PostPlan, TopN,
+};
 pub use aggregate::{AggFunc, AggregatePlan, AggregateSpec, OrderSpec};
 
 use crate::spec::{ExecMode, ViewSpec};
@@ -298,31 +301,49 @@ pub(crate) fn plan_view(
     // `SELECT DISTINCT e, …` is `GROUP BY e, …` without aggregates
     let grouped = shape::distinct_as_grouping(logical);
     let logical = grouped.as_ref().unwrap_or(logical);
-    let compiled = shape::shape(logical).and_then(|s| {
-        if let Some((_, key)) = &session {
-            aggregate::session_shape(&s, key)?;
-        }
-        let (mut plan, mut compiled) = aggregate::compile(
-            &spec.sources[0].name,
-            &s,
-            windows,
-            bound.clone(),
-            query_schema,
-            ctx,
-        )?;
-        if let Some((gap, _)) = session {
-            if compiled.keys.len() > compiled.group_keys {
-                return Err(FallbackReason::SessionShape {
-                    what: "aggregates kept per value (COUNT(DISTINCT …), MIN/MAX of strings) \
-                           are not incremental"
-                        .to_string(),
-                });
+    let source = &spec.sources[0].name;
+    let compiled = match shape::shape(logical) {
+        Ok(s) => (|| {
+            if let Some((_, key)) = &session {
+                aggregate::session_shape(&s, key)?;
             }
-            plan.session_gap = Some(gap);
-            compiled.session = Some(gap);
-        }
-        Ok((plan, compiled))
-    });
+            let (mut plan, mut compiled) =
+                aggregate::compile(source, &s, windows, bound.clone(), query_schema, ctx)?;
+            if let Some((gap, _)) = session {
+                if compiled.keys.len() > compiled.group_keys {
+                    return Err(FallbackReason::SessionShape {
+                        what: "aggregates kept per value (COUNT(DISTINCT …), MIN/MAX of strings) \
+                               are not incremental"
+                            .to_string(),
+                    });
+                }
+                plan.session_gap = Some(gap);
+                compiled.session = Some(gap);
+            }
+            Ok((plan, compiled))
+        })(),
+        // the source read only through one aggregate: that aggregate
+        // incremental, the rest of the query per window over its groups
+        Err(reason) => match (session.is_none(), post::split(logical)) {
+            (true, Some(split)) => shape::shape(&split.aggregate)
+                .and_then(|s| {
+                    aggregate::compile(source, &s, windows, bound.clone(), query_schema, ctx)
+                })
+                .and_then(|(mut plan, mut compiled)| {
+                    // values kept per value are merged on output: not built under a post stage
+                    if compiled.keys.len() > compiled.group_keys {
+                        return Err(reason);
+                    }
+                    plan.post = Some(split.rest.display_indent().to_string());
+                    compiled.post = Some(PostPlan {
+                        rest: split.rest,
+                        table: split.table,
+                    });
+                    Ok((plan, compiled))
+                }),
+            _ => Err(reason),
+        },
+    };
     match compiled {
         Ok((plan, compiled)) => Planned {
             plan: ViewPlan::Incremental(plan),

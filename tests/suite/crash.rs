@@ -180,3 +180,18 @@ fn killed_session_runs_resume_exactly() {
         "kind = \"session\"\ngap = \"300ms\"\nkey = [\"auction\"]\n",
     );
 }
+
+/// A query over one aggregate (the auctions with the most bids per window,
+/// Nexmark q5's shape): the aggregate incremental, the rest per window over
+/// its groups, in Update mode (the open groups rebuilt from the checkpoint).
+#[test]
+fn killed_hot_items_runs_resume_exactly() {
+    crash_until_done(
+        "SELECT auction, num FROM (SELECT auction, COUNT(*) AS num FROM bids GROUP BY auction) AS c \
+         WHERE num = (SELECT MAX(num) FROM (SELECT auction, COUNT(*) AS num FROM bids GROUP BY auction) AS m)",
+        "auto",
+        "update",
+        5,
+        HOP,
+    );
+}

@@ -73,6 +73,12 @@ fn distinct_state_is_bounded_by_open_windows_times_keys_times_values() {
             4,
         ),
         ("SELECT DISTINCT k, v % 4 AS r FROM t", 4),
+        // over one aggregate: the rest runs over the groups, the state is the aggregate's
+        (
+            "SELECT k, c FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) AS x \
+             WHERE c = (SELECT MAX(c) FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) AS y)",
+            1,
+        ),
     ] {
         for mode in [OutputMode::Update, OutputMode::Append] {
             let mut e = Engine::builder().build().expect("engine");

@@ -50,6 +50,20 @@ const QUERIES: &[&str] = &[
     "SELECT g, MAX(f) AS m FROM t WHERE v IS NOT NULL GROUP BY g ORDER BY m, g LIMIT 3 OFFSET 1",
     "SELECT k, g, COUNT(*) AS c FROM t GROUP BY k, g HAVING COUNT(*) > 1 ORDER BY k DESC, g",
     "SELECT k, g FROM t GROUP BY k, g HAVING k > 1",
+    // the source read only through one aggregate, the rest over its groups:
+    // the groups holding the window's maximum (Nexmark q5's shape) …
+    "SELECT k, c FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) AS x \
+     WHERE c = (SELECT MAX(c) FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) AS y)",
+    // … ORDER BY an aggregate not selected, a window function over the groups,
+    "SELECT k FROM t GROUP BY k ORDER BY SUM(v) DESC NULLS LAST, k LIMIT 2",
+    "SELECT k, c, RANK() OVER (ORDER BY c DESC) AS r FROM \
+     (SELECT k, COUNT(*) AS c FROM t WHERE v > 0 GROUP BY k) AS x",
+    // … the aggregate joined with itself, and aggregated again (a window whose
+    // rows WHERE all refuses still has its row)
+    "SELECT a.k, a.c, b.c AS c2 FROM (SELECT k, COUNT(*) AS c, SUM(f) AS sf FROM t GROUP BY k) AS a \
+     JOIN (SELECT k, COUNT(*) AS c, SUM(f) AS sf FROM t GROUP BY k) AS b ON a.k = b.k + 1",
+    "SELECT COUNT(*) AS groups, MAX(c) AS top, SUM(s) AS total FROM \
+     (SELECT g, COUNT(*) AS c, SUM(v) AS s FROM t WHERE v > 10 GROUP BY g) AS x",
 ];
 
 #[derive(Clone, Debug)]

@@ -58,6 +58,13 @@ const SHAPES: &[(&str, &str, ExecMode)] = &[
         "global session",
         ExecMode::Auto,
     ),
+    // the source read only through one aggregate (Nexmark q5's shape)
+    (
+        "SELECT k, c FROM (SELECT k, COUNT(*) AS c FROM t WHERE v > -15 GROUP BY k) AS x \
+         WHERE c = (SELECT MAX(c) FROM (SELECT k, COUNT(*) AS c FROM t WHERE v > -15 GROUP BY k) AS y)",
+        "hop",
+        ExecMode::Auto,
+    ),
 ];
 
 static CASE: AtomicUsize = AtomicUsize::new(0);

@@ -680,7 +680,7 @@ impl IncrementalView {
                 w_prev,
                 shards,
                 global: self.plan.group_keys == 0,
-                session: self.sessions.is_some(),
+                session: self.plan.keeps_refused_rows(),
             };
             let dicts = self.keys.shards_mut();
             let folded: Vec<std::result::Result<(), thund_dataflows::Error>> =

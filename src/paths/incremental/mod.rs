@@ -15,6 +15,7 @@
 mod distinct;
 mod ingest;
 mod keys;
+mod post;
 mod render;
 mod session;
 mod state;
@@ -140,6 +141,8 @@ pub(crate) struct IncrementalView {
     /// Session windows: each key that took rows this trigger, with a time of
     /// those rows (the sessions Update mode shows).
     touched: Vec<(u64, EventTime)>,
+    /// A query over one aggregate: the rest of it, per window.
+    post: Option<post::PostRun>,
 }
 
 impl IncrementalView {
@@ -151,13 +154,18 @@ impl IncrementalView {
         mode: OutputMode,
         cluster: Cluster,
         checkpointed: bool,
+        eval: crate::paths::sql::SqlEvaluator,
     ) -> Result<Self> {
         let converter = key_converter(&plan)?;
         let workers = cluster.workers();
         let mut kinds: Vec<_> = plan.aggs.iter().map(|a| a.kind).collect();
-        if plan.session.is_some() {
+        if plan.keeps_refused_rows() {
             kinds.extend(session::EXTRAS);
         }
+        let post = match &plan.post {
+            Some(p) => Some(post::PostRun::new(view, p, eval)?),
+            None => None,
+        };
         let sessions = plan
             .session
             .map(|gap| session::SessionStore::new(gap, kinds.clone()));
@@ -196,6 +204,7 @@ impl IncrementalView {
             distinct: None,
             sessions,
             touched: Vec::new(),
+            post,
         })
     }
 }
@@ -254,6 +263,12 @@ impl ViewRuntime for IncrementalView {
         if self.sessions.is_some() {
             let touched = std::mem::take(&mut self.touched);
             self.step_sessions(&step, &touched, w, &mut out)?;
+            out.batches.retain(|b| b.num_rows() > 0);
+            self.keys.reclaim(w);
+            return Ok(out);
+        }
+        if self.post.is_some() {
+            self.step_post(&step, &mut out)?;
             out.batches.retain(|b| b.num_rows() > 0);
             self.keys.reclaim(w);
             return Ok(out);

@@ -22,6 +22,30 @@ use crate::time::{bound_array, EventTime};
 use crate::window::Window;
 
 impl IncrementalView {
+    /// The Aggregate node's rows of `updates`: keys decoded, accumulators
+    /// as columns of the types it declares (before HAVING and the select list).
+    pub(super) fn agg_rows(&self, updates: &[&Update]) -> Result<RecordBatch> {
+        let mut cols: Vec<ArrayRef> = Vec::new();
+        if let Some(conv) = &self.converter {
+            let parser = conv.parser();
+            let rows: Vec<_> = updates
+                .iter()
+                .map(|u| parser.parse(self.keys.bytes(u.key)))
+                .collect();
+            // the group keys (a DISTINCT argument, the last key, is not shown)
+            let keys = conv.convert_rows(rows)?;
+            cols.extend(keys.into_iter().take(self.plan.group_keys));
+        }
+        for (j, a) in self.plan.aggs.iter().enumerate() {
+            cols.push(self.column(a, updates, j)?);
+        }
+        Ok(RecordBatch::try_new_with_options(
+            self.plan.agg_schema.clone(),
+            cols,
+            &RecordBatchOptions::new().with_row_count(Some(updates.len())),
+        )?)
+    }
+
     /// Turn dataflow results into output rows: keys decoded, accumulators to
     /// columns, HAVING and the projection applied, window bounds prefixed.
     pub(super) fn render(&self, updates: &[&Update], fin: Option<bool>) -> Result<RecordBatch> {
@@ -37,21 +61,7 @@ impl IncrementalView {
     ) -> Result<(RecordBatch, Vec<usize>)> {
         let view = &self.view;
         let mut from: Vec<usize> = (0..updates.len()).collect();
-        let mut cols: Vec<ArrayRef> = Vec::new();
-        if let Some(conv) = &self.converter {
-            let parser = conv.parser();
-            let rows: Vec<_> = updates
-                .iter()
-                .map(|u| parser.parse(self.keys.bytes(u.key)))
-                .collect();
-            // the group keys (a DISTINCT argument, the last key, is not shown)
-            let keys = conv.convert_rows(rows)?;
-            cols.extend(keys.into_iter().take(self.plan.group_keys));
-        }
-        for (j, a) in self.plan.aggs.iter().enumerate() {
-            cols.push(self.column(a, updates, j)?);
-        }
-        let mut agg_batch = RecordBatch::try_new(self.plan.agg_schema.clone(), cols)?;
+        let mut agg_batch = self.agg_rows(updates)?;
         let mut starts: ArrayRef = Arc::new(Int64Array::from_iter_values(
             updates.iter().map(|u| u.window.start),
         ));

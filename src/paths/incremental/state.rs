@@ -267,7 +267,7 @@ impl IncrementalView {
         }
         let distinct = self.plan.keys.len() > self.plan.group_keys;
         self.distinct = None;
-        let ranked = self.plan.order.is_some();
+        let ranked = self.plan.order.is_some() || self.plan.post.is_some();
         if self.plan.session.is_none()
             && (self.mode == OutputMode::Complete
                 || ((distinct || ranked) && self.mode == OutputMode::Update))
@@ -313,6 +313,6 @@ impl IncrementalView {
             self.mode != OutputMode::Append || self.checkpointing || self.sessions.is_some(),
         );
         self.unsaved.clear();
-        Ok(())
+        self.restore_shown()
     }
 }

@@ -17,19 +17,19 @@ mod session;
 mod state;
 mod unwindowed;
 
-use std::sync::Arc;
-
-use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch};
+use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
 
 use super::changes::{changed_rows, take_rows};
 use super::closed::ClosedResults;
 use super::sql::SqlEvaluator;
-use super::{output_schema, OnTime, RuntimeStats, SourceInfo, StepOutput, ViewRuntime};
+use super::{
+    output_schema, with_bounds, OnTime, RuntimeStats, SourceInfo, StepOutput, ViewRuntime,
+};
 use crate::error::Result;
 use crate::spec::{OutputMode, WindowKind, WindowSpec};
 use crate::state::Export;
-use crate::time::{bound_column, bound_type, EventTime};
+use crate::time::{bound_type, EventTime};
 use crate::window::late::Refusals;
 use crate::window::{TimeWindows, Window};
 
@@ -250,24 +250,4 @@ fn group_by(
         }
     }
     m
-}
-
-/// Prefix a query result with its window bounds and, in Update mode, the `final` flag.
-fn with_bounds(
-    out: &SchemaRef,
-    window: Option<(Window, Option<&DataType>)>,
-    result: &RecordBatch,
-    fin: Option<bool>,
-) -> Result<RecordBatch> {
-    let n = result.num_rows();
-    let mut cols: Vec<ArrayRef> = Vec::with_capacity(out.fields().len());
-    if let Some((w, Some(dt))) = window {
-        cols.push(bound_column(w.start, dt, n));
-        cols.push(bound_column(w.end, dt, n));
-    }
-    cols.extend(result.columns().iter().cloned());
-    if let Some(fin) = fin {
-        cols.push(Arc::new(BooleanArray::from(vec![fin; n])));
-    }
-    Ok(RecordBatch::try_new(out.clone(), cols)?)
 }

@@ -106,17 +106,31 @@ impl SqlEvaluator {
     /// Run the query with `rows[i]` as the contents of source `i`, for
     /// `window` (which an overflow error names).
     pub fn eval(&self, rows: Vec<Vec<RecordBatch>>, window: Option<Window>) -> Result<RecordBatch> {
+        let tables: Vec<&MemTable> = self.tables.iter().map(|t| t.as_ref()).collect();
+        self.eval_plan(&self.exec, &tables, rows, window)
+    }
+
+    /// Run `plan` (made in this evaluator's session, with Þund's arithmetic:
+    /// see [`checked::rewrite`]) with `rows[i]` as the contents of `tables[i]`;
+    /// its output has the query's schema.
+    pub fn eval_plan(
+        &self,
+        plan: &LogicalPlan,
+        tables: &[&MemTable],
+        rows: Vec<Vec<RecordBatch>>,
+        window: Option<Window>,
+    ) -> Result<RecordBatch> {
         let view = &self.view;
         let batches = self.rt.block_on(async {
-            for (t, r) in self.tables.iter().zip(rows) {
+            for (t, r) in tables.iter().zip(rows) {
                 *t.batches[0].write().await = r;
             }
             let out = async {
-                let df = self.ctx.execute_logical_plan(self.exec.clone()).await?;
+                let df = self.ctx.execute_logical_plan(plan.clone()).await?;
                 df.collect().await
             }
             .await;
-            for t in &self.tables {
+            for t in tables {
                 t.batches[0].write().await.clear();
             }
             out

@@ -1,0 +1,194 @@
+//! Queries over one grouped aggregate (see `plan::post`): the aggregate is
+//! the dataflow's, and the rest of the query runs per window on DataFusion
+//! over that window's groups — a few rows per key, not the window's rows.
+//!
+//! A window's groups are those of its closing report (Append), or the open
+//! groups the host keeps (Update and Complete, as for ranked windows). Rows
+//! WHERE refuses still make their window exist (a window whose every row was
+//! refused has no groups, and the rest of the query runs over none), as the
+//! recompute path evaluates every window that took rows.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use datafusion::datasource::{MemTable, TableProvider};
+use datafusion::logical_expr::LogicalPlan;
+use thund_dataflows::{Step, Update};
+
+use super::IncrementalView;
+use crate::error::{Error, Result};
+use crate::paths::changes::changed_rows;
+use crate::paths::sql::{checked, SqlEvaluator};
+use crate::paths::{with_bounds, StepOutput};
+use crate::plan::PostPlan;
+use crate::spec::OutputMode;
+use crate::window::Window;
+
+/// The rest of a query and what evaluates it.
+pub(super) struct PostRun {
+    eval: SqlEvaluator,
+    /// The rest of the query over `table`, with Þund's arithmetic.
+    rest: LogicalPlan,
+    table: Arc<MemTable>,
+    /// Update mode: what each open window's result was at its last change.
+    shown: BTreeMap<Window, RecordBatch>,
+}
+
+impl PostRun {
+    pub fn new(view: &str, plan: &PostPlan, eval: SqlEvaluator) -> Result<Self> {
+        let rest = checked::rewrite(plan.rest.clone()).map_err(|e| Error::eval(view, e))?;
+        Ok(PostRun {
+            eval,
+            rest,
+            table: plan.table.clone(),
+            shown: BTreeMap::new(),
+        })
+    }
+}
+
+/// Updates grouped by window, in window order (`updates` sorted by window).
+fn by_window<'a>(updates: impl Iterator<Item = &'a Update>) -> Vec<(Window, Vec<&'a Update>)> {
+    let mut out: Vec<(Window, Vec<&Update>)> = Vec::new();
+    for u in updates {
+        match out.last_mut() {
+            Some((w, us)) if *w == u.window => us.push(u),
+            _ => out.push((u.window, vec![u])),
+        }
+    }
+    out
+}
+
+/// Window `w`'s open groups.
+fn open_groups(open: &super::OpenStates, w: Window) -> Vec<Update> {
+    open.range((w, 0)..=(w, u64::MAX))
+        .map(|((w, k), a)| Update {
+            window: *w,
+            key: *k,
+            aggs: a.clone(),
+        })
+        .collect()
+}
+
+impl IncrementalView {
+    /// The rest of the query over window `win`'s groups `groups`.
+    fn post_eval(&self, post: &PostRun, win: Window, groups: &[&Update]) -> Result<RecordBatch> {
+        let shown: Vec<&Update> = groups
+            .iter()
+            .copied()
+            .filter(|u| self.plan.group_keys == 0 || u.aggs.last().is_some_and(|s| s.count > 0))
+            .collect();
+        let agg = self.agg_rows(&shown)?;
+        let rows = RecordBatch::try_new(post.table.schema(), agg.columns().to_vec())?;
+        post.eval.eval_plan(
+            &post.rest,
+            &[post.table.as_ref()],
+            vec![vec![rows]],
+            Some(win),
+        )
+    }
+
+    fn post_rows(
+        &self,
+        win: Window,
+        result: &RecordBatch,
+        fin: Option<bool>,
+    ) -> Result<RecordBatch> {
+        with_bounds(&self.out, Some((win, Some(&self.plan.bound))), result, fin)
+    }
+
+    /// After a restore (Update mode): what each open window showed is its
+    /// result over the restored groups, which are as they were at its last
+    /// change, so a resumed run shows what an uninterrupted one does.
+    pub(super) fn restore_shown(&mut self) -> Result<()> {
+        let Some(mut post) = self.post.take() else {
+            return Ok(());
+        };
+        post.shown.clear();
+        let result = (|| {
+            if self.mode != OutputMode::Update {
+                return Ok(());
+            }
+            let mut windows: Vec<Window> = self.open.keys().map(|(w, _)| *w).collect();
+            windows.dedup();
+            for w in windows {
+                let groups = open_groups(&self.open, w);
+                let refs: Vec<&Update> = groups.iter().collect();
+                let res = self.post_eval(&post, w, &refs)?;
+                post.shown.insert(w, res);
+            }
+            Ok(())
+        })();
+        self.post = Some(post);
+        result
+    }
+
+    /// A step of a view with a post stage, after the dataflow advanced.
+    pub(super) fn step_post(&mut self, step: &Step, out: &mut StepOutput) -> Result<()> {
+        let Some(mut post) = self.post.take() else {
+            return Err(Error::internal(&self.view, "a post stage without its plan"));
+        };
+        let result = self.step_post_with(&mut post, step, out);
+        self.post = Some(post);
+        result
+    }
+
+    fn step_post_with(
+        &mut self,
+        post: &mut PostRun,
+        step: &Step,
+        out: &mut StepOutput,
+    ) -> Result<()> {
+        let closed = by_window(step.closed.iter());
+        out.windows_closed = closed.len() as u64;
+        if self.mode != OutputMode::Append {
+            for u in &step.changed {
+                self.open.insert((u.window, u.key), u.aggs.clone());
+            }
+            for u in &step.closed {
+                self.open.remove(&(u.window, u.key));
+            }
+        }
+        match self.mode {
+            OutputMode::Append => {
+                for (w, groups) in &closed {
+                    let res = self.post_eval(post, *w, groups)?;
+                    out.batches.push(self.post_rows(*w, &res, None)?);
+                }
+            }
+            OutputMode::Update => {
+                let mut changed: Vec<Window> = step.changed.iter().map(|u| u.window).collect();
+                changed.dedup();
+                for w in changed {
+                    let groups = open_groups(&self.open, w);
+                    let refs: Vec<&Update> = groups.iter().collect();
+                    let res = self.post_eval(post, w, &refs)?;
+                    let emit = changed_rows(post.shown.get(&w), &res)?;
+                    out.batches.push(self.post_rows(w, &emit, Some(false))?);
+                    post.shown.insert(w, res);
+                }
+                for (w, groups) in &closed {
+                    let res = self.post_eval(post, *w, groups)?;
+                    out.batches.push(self.post_rows(*w, &res, Some(true))?);
+                    post.shown.remove(w);
+                }
+            }
+            OutputMode::Complete => {
+                for (w, groups) in &closed {
+                    let res = self.post_eval(post, *w, groups)?;
+                    self.closed_results.push(self.post_rows(*w, &res, None)?);
+                }
+                out.batches.extend(self.closed_results.all());
+                let mut windows: Vec<Window> = self.open.keys().map(|(w, _)| *w).collect();
+                windows.dedup();
+                for w in windows {
+                    let groups = open_groups(&self.open, w);
+                    let refs: Vec<&Update> = groups.iter().collect();
+                    let res = self.post_eval(post, w, &refs)?;
+                    out.batches.push(self.post_rows(w, &res, None)?);
+                }
+            }
+        }
+        Ok(())
+    }
+}
