@@ -28,7 +28,7 @@ use crate::window::Window;
 /// The rest of a query and what evaluates it.
 pub(super) struct PostRun {
     eval: SqlEvaluator,
-    /// The rest of the query over `table`, with Þund's arithmetic.
+    /// The rest of the query over `table`, with Þund's arithmetic, optimized.
     rest: LogicalPlan,
     table: Arc<MemTable>,
     /// Update mode: what each open window's result was at its last change.
@@ -38,6 +38,8 @@ pub(super) struct PostRun {
 impl PostRun {
     pub fn new(view: &str, plan: &PostPlan, eval: SqlEvaluator) -> Result<Self> {
         let rest = checked::rewrite(plan.rest.clone()).map_err(|e| Error::eval(view, e))?;
+        // optimized once: per window, only physical planning
+        let rest = eval.optimize(&rest)?;
         Ok(PostRun {
             eval,
             rest,
@@ -80,7 +82,7 @@ impl IncrementalView {
             .collect();
         let agg = self.agg_rows(&shown)?;
         let rows = RecordBatch::try_new(post.table.schema(), agg.columns().to_vec())?;
-        post.eval.eval_plan(
+        post.eval.eval_optimized(
             &post.rest,
             &[post.table.as_ref()],
             vec![vec![rows]],

@@ -107,15 +107,36 @@ impl SqlEvaluator {
     /// `window` (which an overflow error names).
     pub fn eval(&self, rows: Vec<Vec<RecordBatch>>, window: Option<Window>) -> Result<RecordBatch> {
         let tables: Vec<&MemTable> = self.tables.iter().map(|t| t.as_ref()).collect();
-        self.eval_plan(&self.exec, &tables, rows, window)
+        self.run(&self.exec, false, &tables, rows, window)
     }
 
-    /// Run `plan` (made in this evaluator's session, with Þund's arithmetic:
-    /// see [`checked::rewrite`]) with `rows[i]` as the contents of `tables[i]`;
-    /// its output has the query's schema.
-    pub fn eval_plan(
+    /// `plan` (made in this evaluator's session, with Þund's arithmetic: see
+    /// [`checked::rewrite`]) through DataFusion's analyzer and optimizer, once,
+    /// for [`Self::eval_optimized`].
+    pub fn optimize(&self, plan: &LogicalPlan) -> Result<LogicalPlan> {
+        self.ctx
+            .state()
+            .optimize(plan)
+            .map_err(|e| Error::eval(&self.view, e))
+    }
+
+    /// Run an [`Self::optimize`]d `plan` with `rows[i]` as the contents of
+    /// `tables[i]` (only physical planning per run); its output has the
+    /// query's schema.
+    pub fn eval_optimized(
         &self,
         plan: &LogicalPlan,
+        tables: &[&MemTable],
+        rows: Vec<Vec<RecordBatch>>,
+        window: Option<Window>,
+    ) -> Result<RecordBatch> {
+        self.run(plan, true, tables, rows, window)
+    }
+
+    fn run(
+        &self,
+        plan: &LogicalPlan,
+        optimized: bool,
         tables: &[&MemTable],
         rows: Vec<Vec<RecordBatch>>,
         window: Option<Window>,
@@ -126,6 +147,14 @@ impl SqlEvaluator {
                 *t.batches[0].write().await = r;
             }
             let out = async {
+                if optimized {
+                    let state = self.ctx.state();
+                    let exec = state
+                        .query_planner()
+                        .create_physical_plan(plan, &state)
+                        .await?;
+                    return datafusion::physical_plan::collect(exec, state.task_ctx()).await;
+                }
                 let df = self.ctx.execute_logical_plan(plan.clone()).await?;
                 df.collect().await
             }
