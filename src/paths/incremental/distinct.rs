@@ -257,16 +257,16 @@ impl IncrementalView {
         out
     }
 
-    /// A restore: the open entries of windows still open, as the store.
+    /// A restore: the open entries of windows still open, as the store;
+    /// returns every open group, merged, with its id.
     pub(super) fn restore_distinct(
         &mut self,
         open: &BTreeMap<(Window, u64), Vec<AggState>>,
-    ) -> Result<()> {
+    ) -> Result<Vec<Merged>> {
         self.distinct = Some(DistinctGroups::default());
         let entries: Vec<Update> = super::updates_of(open);
         let refs: Vec<&Update> = entries.iter().collect();
-        self.merge_changed(&refs)?;
-        Ok(())
+        self.merge_changed(&refs)
     }
 }
 

@@ -13,8 +13,9 @@ use arrow::row::RowConverter;
 use thund_dataflows::{AggState, Panes, Update, Value, WindowedAggregate};
 
 use super::keys::{KeyBytes, Keys, GLOBAL};
-use super::IncrementalView;
+use super::{updates_of, IncrementalView};
 use crate::error::{Error, Result};
+use crate::paths::changes::Shown;
 use crate::paths::closed::ClosedResults;
 use crate::spec::OutputMode;
 use crate::state::{operator, Deferred, Export, StateFile};
@@ -268,10 +269,8 @@ impl IncrementalView {
         let distinct = self.plan.keys.len() > self.plan.group_keys;
         self.distinct = None;
         let ranked = self.plan.order.is_some() || self.plan.post.is_some();
-        if self.plan.session.is_none()
-            && (self.mode == OutputMode::Complete
-                || ((distinct || ranked) && self.mode == OutputMode::Update))
-        {
+        self.shown = Shown::default();
+        if self.plan.session.is_none() && self.mode != OutputMode::Append {
             let open = match self.config.panes {
                 None => updates
                     .iter()
@@ -296,10 +295,23 @@ impl IncrementalView {
                     open
                 }
             };
+            // Update mode: what each open group shows is its state at the
+            // checkpoint (a group's row changes only in a trigger that
+            // reports it), so the next trigger emits what an uninterrupted
+            // run would
             if distinct {
-                self.restore_distinct(&open)?;
+                let merged = self.restore_distinct(&open)?;
+                if self.mode == OutputMode::Update {
+                    let (groups, ids): (Vec<Update>, Vec<u64>) = merged.into_iter().unzip();
+                    self.reshow(&groups, Some(&ids))?;
+                }
             } else {
-                self.open = open;
+                if self.mode == OutputMode::Update {
+                    self.reshow(&updates_of(&open), None)?;
+                }
+                if self.mode == OutputMode::Complete || ranked {
+                    self.open = open;
+                }
             }
             if self.mode == OutputMode::Complete {
                 self.closed_results = ClosedResults::restored(closed);
@@ -314,5 +326,29 @@ impl IncrementalView {
         );
         self.unsaved.clear();
         self.restore_shown()
+    }
+
+    /// After a restore, Update mode: remember the rows the open groups
+    /// (`ids`, else their key ids) show, without emitting them.
+    fn reshow(&mut self, open: &[Update], ids: Option<&[u64]>) -> Result<()> {
+        let refs: Vec<&Update> = open.iter().collect();
+        let (rows, from) = self.render_indexed(&refs, Some(false))?;
+        if self.plan.order.is_some() {
+            let mut windows: Vec<Window> = open.iter().map(|u| u.window).collect();
+            windows.dedup();
+            let window_of: Vec<Window> = from.iter().map(|&i| open[i].window).collect();
+            self.shown.replaced(&windows, &rows, &window_of)?;
+        } else {
+            let groups: Vec<(Window, u64)> = match ids {
+                Some(ids) => open
+                    .iter()
+                    .zip(ids)
+                    .map(|(u, id)| (u.window, *id))
+                    .collect(),
+                None => open.iter().map(|u| (u.window, u.key)).collect(),
+            };
+            self.shown.changed(&groups, &rows, &from)?;
+        }
+        Ok(())
     }
 }
