@@ -15,7 +15,9 @@
 //! of a timestamp and of a string, `COUNT(DISTINCT …)`, the top 3 per
 //! window (`ORDER BY … LIMIT`), `SELECT DISTINCT` and the auctions with the
 //! most bids per window (Nexmark q5's shape: an aggregate, then a query over
-//! its groups). Then session windows
+//! its groups), the bids holding each window's highest price (q7's shape) and
+//! the two highest bids per auction (q19's, `ROW_NUMBER() … <= 2`): rows
+//! ranked by the host, only candidates reaching the dataflow. Then session windows
 //! (gap 10 s), over at most 200 000 rows (the recompute path evaluates each
 //! dirty session on its own): by auction (a bid every 2 s per auction: each
 //! session runs on for the whole stream, its panes carried forward) and by
@@ -79,6 +81,16 @@ const SHAPES: &[(&str, &str)] = &[
         "SELECT auction, bids FROM (SELECT auction, COUNT(*) AS bids FROM bids GROUP BY auction) AS c \
          WHERE bids = (SELECT MAX(bids) FROM \
          (SELECT auction, COUNT(*) AS bids FROM bids GROUP BY auction) AS m)",
+    ),
+    (
+        "highest bid (q7)",
+        "SELECT auction, price, ts FROM bids WHERE price = (SELECT MAX(price) FROM bids)",
+    ),
+    (
+        "top 2 bids per auction (q19)",
+        "SELECT auction, price, ts, rn FROM (SELECT auction, price, ts, \
+         ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC, ts) AS rn FROM bids) AS x \
+         WHERE rn <= 2",
     ),
 ];
 /// Session-window views, by name, with their key (gap 10 s).

@@ -89,6 +89,10 @@ pub struct AggregatePlan {
     /// (the source is read only through this aggregate), as DataFusion prints it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post: Option<String>,
+    /// A top-rows query (the aggregate holds the rows the query reads, by
+    /// value, with their multiplicity): the rule that rules rows out first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<String>,
 }
 
 /// `ORDER BY … [LIMIT n [OFFSET m]]` of an [`AggregatePlan`], applied to
@@ -155,6 +159,9 @@ impl std::fmt::Display for AggregatePlan {
         }
         if let Some(h) = &self.having {
             writeln!(f, "  post: HAVING {h}")?;
+        }
+        if let Some(k) = &self.keep {
+            writeln!(f, "  keep: per pane and partition, {k}")?;
         }
         if let Some(rest) = &self.post {
             write!(
@@ -258,6 +265,8 @@ pub(crate) struct CompiledAggregate {
     pub session: Option<i64>,
     /// The rest of the query over the aggregate's rows, per window.
     pub post: Option<PostPlan>,
+    /// A top-rows query: the rows the host rules out before the dataflow.
+    pub prune: Option<Prune>,
 }
 
 impl CompiledAggregate {
@@ -275,6 +284,18 @@ impl CompiledAggregate {
 pub(crate) struct PostPlan {
     pub rest: datafusion::logical_expr::LogicalPlan,
     pub table: Arc<datafusion::datasource::MemTable>,
+    /// A top-rows query: `table` holds rows, not groups; each of its columns
+    /// is this group key (`None`: a column never read, filled with a
+    /// default), and each group is repeated as often as its count says.
+    pub expand: Option<Vec<Option<usize>>>,
+}
+
+/// A top-rows query's rule (see `plan::rows`): a row with `n` rows strictly
+/// before it in `order` within its pane and `partition` is no candidate.
+pub(crate) struct Prune {
+    pub partition: Vec<(Arc<dyn PhysicalExpr>, DataType)>,
+    pub order: Vec<(Arc<dyn PhysicalExpr>, DataType, SortOptions)>,
+    pub n: usize,
 }
 
 /// `ORDER BY … [LIMIT n [OFFSET m]]`, applied to each window's output rows.
@@ -578,6 +599,7 @@ pub(super) fn compile(
         }),
         session_gap: None,
         post: None,
+        keep: None,
     };
     let order = s
         .order
@@ -619,6 +641,7 @@ pub(super) fn compile(
         order,
         session: None,
         post: None,
+        prune: None,
     };
     Ok((plan, compiled))
 }

@@ -10,6 +10,7 @@
 
 mod aggregate;
 mod post;
+mod rows;
 mod shape;
 
 use arrow::datatypes::{DataType, SchemaRef};
@@ -18,7 +19,7 @@ use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 
 pub(crate) use aggregate::{
-    ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue, PostPlan, TopN,
+    ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue, PostPlan, Prune, TopN,
 };
 pub use aggregate::{AggFunc, AggregatePlan, AggregateSpec, OrderSpec};
 
@@ -154,6 +155,14 @@ pub enum FallbackReason {
         /// Its type.
         data_type: String,
     },
+    /// A query that keeps each window's top rows (`WHERE x = (SELECT
+    /// MAX(x) …)`, `ROW_NUMBER() … <= n`, `ORDER BY … LIMIT`) reads or ranks
+    /// by a float: its candidates are kept by value, where -0.0 and 0.0 are
+    /// one value and a rank would tell them apart.
+    FloatRows {
+        /// The float column or expression.
+        column: String,
+    },
     /// The shape is supported but an expression did not compile.
     CannotCompile {
         /// What failed, with DataFusion's words.
@@ -197,6 +206,11 @@ impl std::fmt::Display for FallbackReason {
             KeyNotEncodable { key, data_type } => {
                 write!(f, "group key `{key}` of type {data_type} cannot be encoded")
             }
+            FloatRows { column } => write!(
+                f,
+                "the query keeps each window's top rows and reads the float `{column}`: \
+                 its rows are kept by value, where -0.0 and 0.0 are one"
+            ),
             CannotCompile { detail } => {
                 write!(f, "the incremental plan did not compile: {detail}")
             }
@@ -338,9 +352,17 @@ pub(crate) fn plan_view(
                     compiled.post = Some(PostPlan {
                         rest: split.rest,
                         table: split.table,
+                        expand: None,
                     });
                     Ok((plan, compiled))
                 }),
+            // the window's top rows: its candidates incremental, the query
+            // per window over them
+            (true, None) => match rows::top_rows(logical) {
+                Ok(Some(top)) => top_rows(top, source, windows, bound, query_schema, ctx, reason),
+                Ok(None) => Err(reason),
+                Err(why) => Err(why),
+            },
             _ => Err(reason),
         },
     };
@@ -351,4 +373,77 @@ pub(crate) fn plan_view(
         },
         Err(reason) => Planned::recompute(reason),
     }
+}
+
+/// Compile a top-rows query (see `rows`): the candidates' aggregate, the
+/// rule the host rules rows out by, and the query over the candidates.
+fn top_rows(
+    top: rows::TopRows,
+    source: &str,
+    windows: TimeWindows,
+    bound: &DataType,
+    query_schema: SchemaRef,
+    ctx: &SessionContext,
+    reason: FallbackReason,
+) -> Result<(AggregatePlan, CompiledAggregate), FallbackReason> {
+    use datafusion::logical_expr::ExprSchemable;
+    let s = shape::shape(&top.aggregate)?;
+    let (mut plan, mut compiled) =
+        aggregate::compile(source, &s, windows, bound.clone(), query_schema, ctx)?;
+    if compiled.keys.len() > compiled.group_keys {
+        return Err(reason);
+    }
+    let input = s.aggregate.input.schema().clone();
+    let typed = |e: &datafusion::logical_expr::Expr| {
+        let dt = e.get_type(&input).map_err(|_| reason.clone())?;
+        // floats: -0.0 and 0.0 are peers in a rank, not in a byte order
+        if dt.is_floating() {
+            return Err(FallbackReason::FloatRows {
+                column: e.to_string(),
+            });
+        }
+        if arrow::row::RowConverter::new(vec![arrow::row::SortField::new(dt.clone())]).is_err() {
+            return Err(FallbackReason::KeyNotEncodable {
+                key: e.to_string(),
+                data_type: dt.to_string(),
+            });
+        }
+        let p = ctx.create_physical_expr(e.clone(), &input).map_err(|err| {
+            FallbackReason::CannotCompile {
+                detail: format!("`{e}`: {err}"),
+            }
+        })?;
+        Ok((p, dt))
+    };
+    let partition = top
+        .partition
+        .iter()
+        .map(typed)
+        .collect::<Result<Vec<_>, _>>()?;
+    let order = top
+        .order
+        .iter()
+        .map(|o| {
+            typed(&o.expr).map(|(p, dt)| {
+                let opts = arrow::compute::SortOptions {
+                    descending: !o.asc,
+                    nulls_first: o.nulls_first,
+                };
+                (p, dt, opts)
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    plan.keep = Some(top.describe);
+    plan.post = Some(top.rest.display_indent().to_string());
+    compiled.prune = Some(Prune {
+        partition,
+        order,
+        n: top.n,
+    });
+    compiled.post = Some(PostPlan {
+        rest: top.rest,
+        table: top.table,
+        expand: Some(top.columns),
+    });
+    Ok((plan, compiled))
 }

@@ -33,7 +33,7 @@ pub(crate) struct Split {
 }
 
 /// Whether `p` reads the source directly: filters and aliases over a scan.
-fn reads_scan(p: &LogicalPlan) -> bool {
+pub(super) fn reads_scan(p: &LogicalPlan) -> bool {
     match p {
         LogicalPlan::Filter(f) => reads_scan(&f.input),
         LogicalPlan::SubqueryAlias(a) => reads_scan(&a.input),
@@ -43,7 +43,7 @@ fn reads_scan(p: &LogicalPlan) -> bool {
 }
 
 /// Whether `p`'s rows come in a defined order: a sort, under projections.
-fn sorted(p: &LogicalPlan) -> bool {
+pub(super) fn sorted(p: &LogicalPlan) -> bool {
     match p {
         LogicalPlan::Sort(_) => true,
         LogicalPlan::Projection(pr) => sorted(&pr.input),

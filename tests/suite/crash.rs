@@ -195,3 +195,17 @@ fn killed_hot_items_runs_resume_exactly() {
         HOP,
     );
 }
+
+/// The bids holding each window's highest price (Nexmark q7's shape): only
+/// candidate rows reach the dataflow, the query runs per window over them;
+/// in Update mode, after a restart the host's pruning rule starts empty.
+#[test]
+fn killed_highest_bid_runs_resume_exactly() {
+    crash_until_done(
+        "SELECT auction, price, ts FROM bids WHERE price = (SELECT MAX(price) FROM bids)",
+        "auto",
+        "update",
+        6,
+        HOP,
+    );
+}

@@ -64,7 +64,8 @@ fn open_windows_without_checkpoints_are_bounded_by_open_windows_times_keys() {
 
 /// `COUNT(DISTINCT …)` keeps one entry per group and value, in the dataflow
 /// and (Update mode) in the host's table of open groups; `SELECT DISTINCT`
-/// one per row value: both are evicted when their window closes.
+/// one per row value; a top-rows query its candidates: all are evicted
+/// when their window closes.
 #[test]
 fn distinct_state_is_bounded_by_open_windows_times_keys_times_values() {
     for (sql, per_key) in [
@@ -78,6 +79,14 @@ fn distinct_state_is_bounded_by_open_windows_times_keys_times_values() {
             "SELECT k, c FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) AS x \
              WHERE c = (SELECT MAX(c) FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) AS y)",
             1,
+        ),
+        // each window's top rows: the candidates (the rows that led when they
+        // came, and ties) and the pruning rule's keys, both evicted at close
+        ("SELECT k, v FROM t WHERE v = (SELECT MAX(v) FROM t)", 1),
+        (
+            "SELECT k, v, rn FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn \
+             FROM t) AS x WHERE rn <= 2",
+            4,
         ),
     ] {
         for mode in [OutputMode::Update, OutputMode::Append] {

@@ -65,6 +65,15 @@ const SHAPES: &[(&str, &str, ExecMode)] = &[
         "hop",
         ExecMode::Auto,
     ),
+    // each window's first rows per partition (Nexmark q19's shape): the
+    // host's pruning rule starts empty after a restore
+    (
+        "SELECT k, v, rn FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC NULLS LAST, g) AS rn \
+         FROM t) AS x WHERE rn <= 2",
+        "tumble",
+        ExecMode::Auto,
+    ),
+    ("SELECT k, v, g FROM t WHERE v = (SELECT MAX(v) FROM t)", "hop", ExecMode::Auto),
 ];
 
 static CASE: AtomicUsize = AtomicUsize::new(0);

@@ -105,6 +105,28 @@ fn table() -> Vec<(&'static str, Option<Why>)> {
             None,
         ),
         ("SELECT k, v FROM a WHERE v > 0", Some(Why::NoAggregate)),
+        // each window's top rows, read row by row: the rows holding the
+        // maximum (Nexmark q7), the first per partition (q19), ORDER BY … LIMIT
+        ("SELECT k, v, g FROM a WHERE v = (SELECT MAX(v) FROM a)", None),
+        (
+            "SELECT k, v, rn FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC, g) AS rn \
+             FROM a WHERE v IS NOT NULL) AS x WHERE rn <= 2",
+            None,
+        ),
+        ("SELECT k, v, ts FROM a ORDER BY v DESC NULLS LAST, ts, k LIMIT 3", None),
+        (
+            "SELECT k, f FROM a WHERE f = (SELECT MAX(f) FROM a)",
+            Some(Why::FloatRows { column: s("f") }),
+        ),
+        (
+            "SELECT k, v FROM (SELECT k, v, RANK() OVER (PARTITION BY k ORDER BY f) AS r FROM a) AS x WHERE r <= 1",
+            Some(Why::FloatRows { column: s("f") }),
+        ),
+        (
+            // the subquery reads other rows than the outer query: not the same window's extremum
+            "SELECT k, v FROM a WHERE v = (SELECT MAX(v) FROM a WHERE k > 1)",
+            Some(Why::NoAggregate),
+        ),
         ("SELECT g, MIN(g) AS first FROM a GROUP BY g", None),
         (
             "SELECT k, MIN(g) AS lo, MAX(g) FILTER (WHERE v > 0) AS hi, COUNT(DISTINCT g) AS n FROM a GROUP BY k",

@@ -6,13 +6,14 @@
 //! slot (window or pane, and key id), then one pass per aggregate folds its
 //! argument column into the slots' states, reading the Arrow array directly.
 
+use arrow::array::AsArray;
 use arrow::array::{
     make_array, Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array,
     RecordBatch, UInt64Array,
 };
 use arrow::buffer::NullBuffer;
-use arrow::compute::cast;
-use arrow::datatypes::DataType;
+use arrow::compute::{cast, filter_record_batch};
+use arrow::datatypes::{DataType, Int64Type};
 use arrow::row::Rows;
 use datafusion::physical_expr::PhysicalExpr;
 use rustc_hash::FxHashMap;
@@ -625,16 +626,41 @@ impl IncrementalView {
         let mut groups = std::mem::take(&mut self.scratch);
         groups.resize_with(shards, Groups::default);
         groups.iter_mut().for_each(Groups::clear);
-        for o in on_time {
-            let batch = &o.batch;
-            let n = batch.num_rows();
-            let mut pass = vec![true; n];
+        for mut o in on_time {
+            let mut pass = vec![true; o.batch.num_rows()];
             for f in &self.plan.filters {
-                let m = true_rows(&view, "WHERE", f.as_ref(), batch)?;
+                let m = true_rows(&view, "WHERE", f.as_ref(), &o.batch)?;
                 for (i, p) in pass.iter_mut().enumerate() {
                     *p &= m.is_valid(i);
                 }
             }
+            // a top-rows query: only the rows that can still be in a result
+            if let Some(p) = &mut self.pruner {
+                let keep = p.keep(
+                    &view,
+                    &o.batch,
+                    o.times.values(),
+                    &pass,
+                    self.config.panes,
+                    &self.plan.windows,
+                    w_prev,
+                )?;
+                if let Some(keep) = keep {
+                    let mask = BooleanArray::from(keep.clone());
+                    o.batch = filter_record_batch(&o.batch, &mask)?;
+                    o.times = arrow::compute::filter(&o.times, &mask)?
+                        .as_primitive::<Int64Type>()
+                        .clone();
+                    pass = pass
+                        .into_iter()
+                        .zip(keep)
+                        .filter(|(_, k)| *k)
+                        .map(|(p, _)| p)
+                        .collect();
+                }
+            }
+            let batch = &o.batch;
+            let n = batch.num_rows();
             let key_rows = match &self.converter {
                 None => None,
                 Some(conv) => {

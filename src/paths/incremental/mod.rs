@@ -16,6 +16,7 @@ mod distinct;
 mod ingest;
 mod keys;
 mod post;
+mod prune;
 mod render;
 mod session;
 mod state;
@@ -143,6 +144,8 @@ pub(crate) struct IncrementalView {
     touched: Vec<(u64, EventTime)>,
     /// A query over one aggregate: the rest of it, per window.
     post: Option<post::PostRun>,
+    /// A top-rows query: what rules rows out before the dataflow.
+    pruner: Option<prune::Pruner>,
 }
 
 impl IncrementalView {
@@ -164,6 +167,10 @@ impl IncrementalView {
         }
         let post = match &plan.post {
             Some(p) => Some(post::PostRun::new(view, p, eval)?),
+            None => None,
+        };
+        let pruner = match &plan.prune {
+            Some(p) => Some(prune::Pruner::new(view, p)?),
             None => None,
         };
         let sessions = plan
@@ -205,6 +212,7 @@ impl IncrementalView {
             sessions,
             touched: Vec::new(),
             post,
+            pruner,
         })
     }
 }
@@ -266,6 +274,9 @@ impl ViewRuntime for IncrementalView {
             out.batches.retain(|b| b.num_rows() > 0);
             self.keys.reclaim(w);
             return Ok(out);
+        }
+        if let Some(p) = &mut self.pruner {
+            p.evict(w);
         }
         if self.post.is_some() {
             self.step_post(&step, &mut out)?;
@@ -395,11 +406,13 @@ impl ViewRuntime for IncrementalView {
         RuntimeStats {
             buffered_rows: 0,
             // with COUNT(DISTINCT …) in Update or Complete mode, the host
-            // also holds the open groups' entries; with sessions, the units
+            // also holds the open groups' entries; with sessions, the units;
+            // for top rows, the order keys its pruning rule keeps
             state_records: Some(
                 self.dataflow.state_size()
                     + self.distinct.as_ref().map_or(0, |d| d.len())
-                    + self.sessions.as_ref().map_or(0, |s| s.len()),
+                    + self.sessions.as_ref().map_or(0, |s| s.len())
+                    + self.pruner.as_ref().map_or(0, |p| p.len()),
             ),
             frontier: (f != EventTime::MIN).then_some(f),
         }

@@ -11,7 +11,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{new_null_array, ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::compute::take;
+use arrow::datatypes::{Int64Type, SchemaRef};
+use datafusion::common::ScalarValue;
 use datafusion::datasource::{MemTable, TableProvider};
 use datafusion::logical_expr::LogicalPlan;
 use thund_dataflows::{Step, Update};
@@ -31,6 +34,8 @@ pub(super) struct PostRun {
     /// The rest of the query over `table`, with Þund's arithmetic, optimized.
     rest: LogicalPlan,
     table: Arc<MemTable>,
+    /// A top-rows query: the table's columns from the candidates' keys.
+    expand: Option<Vec<Option<usize>>>,
     /// Update mode: what each open window's result was at its last change.
     shown: BTreeMap<Window, RecordBatch>,
 }
@@ -44,6 +49,7 @@ impl PostRun {
             eval,
             rest,
             table: plan.table.clone(),
+            expand: plan.expand.clone(),
             shown: BTreeMap::new(),
         })
     }
@@ -81,13 +87,52 @@ impl IncrementalView {
             .filter(|u| self.plan.group_keys == 0 || u.aggs.last().is_some_and(|s| s.count > 0))
             .collect();
         let agg = self.agg_rows(&shown)?;
-        let rows = RecordBatch::try_new(post.table.schema(), agg.columns().to_vec())?;
+        let cols = match &post.expand {
+            None => agg.columns().to_vec(),
+            Some(columns) => self.expand(&agg, columns, &post.table.schema())?,
+        };
+        let rows = RecordBatch::try_new(post.table.schema(), cols)?;
         post.eval.eval_optimized(
             &post.rest,
             &[post.table.as_ref()],
             vec![vec![rows]],
             Some(win),
         )
+    }
+
+    /// A top-rows query's candidates as rows: each group (the columns read,
+    /// then its count) repeated count times, the columns never read filled
+    /// with a default.
+    fn expand(
+        &self,
+        agg: &RecordBatch,
+        columns: &[Option<usize>],
+        schema: &SchemaRef,
+    ) -> Result<Vec<ArrayRef>> {
+        let counts = agg
+            .column(self.plan.group_keys)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| Error::internal(&self.view, "a candidate's count is not an Int64"))?;
+        let mut idx: Vec<u32> = Vec::new();
+        for (i, c) in counts.iter().enumerate() {
+            idx.extend(std::iter::repeat_n(
+                i as u32,
+                c.unwrap_or(0).max(0) as usize,
+            ));
+        }
+        let idx = UInt32Array::from(idx);
+        schema
+            .fields()
+            .iter()
+            .zip(columns)
+            .map(|(f, c)| match c {
+                Some(k) => Ok(take(agg.column(*k).as_ref(), &idx, None)?),
+                None if f.is_nullable() => Ok(new_null_array(f.data_type(), idx.len())),
+                None => ScalarValue::new_default(f.data_type())
+                    .and_then(|v| v.to_array_of_size(idx.len()))
+                    .map_err(|e| Error::eval(&self.view, e)),
+            })
+            .collect()
     }
 
     fn post_rows(

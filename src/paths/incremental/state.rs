@@ -188,6 +188,10 @@ impl IncrementalView {
         let n_keys = self.plan.keys.len();
         state.sort_by_key(|(e, _)| *e);
         self.keys = Keys::new(self.config.workers);
+        // a top-rows query's rule starts over: it lets more rows through, never fewer
+        if let Some(p) = &self.plan.prune {
+            self.pruner = Some(super::prune::Pruner::new(&self.view, p)?);
+        }
         let mut merged: BTreeMap<(Window, u64), Vec<AggState>> = BTreeMap::new();
         for (_, b) in state {
             if b.num_columns() != 2 + n_keys + 3 * self.config.aggs.len() {
@@ -306,7 +310,9 @@ impl IncrementalView {
                     self.reshow(&groups, Some(&ids))?;
                 }
             } else {
-                if self.mode == OutputMode::Update {
+                // (a view with a post stage rebuilds what it showed per
+                // window instead: `restore_shown`)
+                if self.mode == OutputMode::Update && self.plan.post.is_none() {
                     self.reshow(&updates_of(&open), None)?;
                 }
                 if self.mode == OutputMode::Complete || ranked {

@@ -1,0 +1,171 @@
+//! Top-rows queries (see `plan::rows`): the host rules out, before the
+//! dataflow sees them, the rows that already have `n` rows strictly before
+//! them in their unit (pane, or tumbling window) and partition. Every
+//! window holding a unit holds all its rows, so such a row is in no
+//! window's result and changes no other row's rank there.
+//!
+//! The host keeps, per open unit and partition, the order keys of the best
+//! `n` rows it let through (as comparable bytes: smaller is before), and
+//! drops a unit's entries when the unit expires. After a restore it starts
+//! empty: it then lets through more rows than it needs to, never fewer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::row::{RowConverter, Rows, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+use rustc_hash::FxHashMap;
+use thund_dataflows::Panes;
+
+use crate::error::{Error, Result};
+use crate::plan::Prune;
+use crate::time::EventTime;
+use crate::window::{TimeWindows, Window};
+
+/// Per partition (its key bytes), the best order keys kept, best first.
+type Best = FxHashMap<Box<[u8]>, Vec<Box<[u8]>>>;
+
+pub(super) struct Pruner {
+    partition: Vec<Arc<dyn PhysicalExpr>>,
+    order: Vec<Arc<dyn PhysicalExpr>>,
+    n: usize,
+    part_conv: Option<RowConverter>,
+    order_conv: RowConverter,
+    /// By (expiry, unit), then partition: the best order keys, best first.
+    best: BTreeMap<(EventTime, Window), Best>,
+}
+
+fn values(
+    view: &str,
+    exprs: &[Arc<dyn PhysicalExpr>],
+    batch: &RecordBatch,
+) -> Result<Vec<ArrayRef>> {
+    exprs
+        .iter()
+        .map(|e| {
+            e.evaluate(batch)
+                .and_then(|c| c.into_array(batch.num_rows()))
+                .map_err(|err| Error::eval(view, err))
+        })
+        .collect()
+}
+
+impl Pruner {
+    pub fn new(view: &str, p: &Prune) -> Result<Self> {
+        let internal = |e: arrow::error::ArrowError| Error::internal(view, e.to_string());
+        let part_conv = match p.partition.is_empty() {
+            true => None,
+            false => Some(
+                RowConverter::new(
+                    p.partition
+                        .iter()
+                        .map(|(_, dt)| SortField::new(dt.clone()))
+                        .collect(),
+                )
+                .map_err(internal)?,
+            ),
+        };
+        let order_conv = RowConverter::new(
+            p.order
+                .iter()
+                .map(|(_, dt, o)| SortField::new_with_options(dt.clone(), *o))
+                .collect(),
+        )
+        .map_err(internal)?;
+        Ok(Pruner {
+            partition: p.partition.iter().map(|(e, _)| e.clone()).collect(),
+            order: p.order.iter().map(|(e, _, _)| e.clone()).collect(),
+            n: p.n,
+            part_conv,
+            order_conv,
+            best: BTreeMap::new(),
+        })
+    }
+
+    /// Which rows of `batch` the dataflow still needs: `pass` (through
+    /// WHERE) and not ruled out. Rows WHERE refuses and rows of units closed
+    /// at `w_prev` are left as they are (`None`: every row is kept).
+    #[allow(clippy::too_many_arguments)]
+    pub fn keep(
+        &mut self,
+        view: &str,
+        batch: &RecordBatch,
+        times: &[i64],
+        pass: &[bool],
+        panes: Option<Panes>,
+        windows: &TimeWindows,
+        w_prev: Option<EventTime>,
+    ) -> Result<Option<Vec<bool>>> {
+        let n_rows = batch.num_rows();
+        let internal = |e: arrow::error::ArrowError| Error::internal(view, e.to_string());
+        let parts: Option<Rows> = match &self.part_conv {
+            Some(c) => Some(
+                c.convert_columns(&values(view, &self.partition, batch)?)
+                    .map_err(internal)?,
+            ),
+            None => None,
+        };
+        let orders = self
+            .order_conv
+            .convert_columns(&values(view, &self.order, batch)?)
+            .map_err(internal)?;
+        let mut keep = vec![true; n_rows];
+        let mut dropped = false;
+        for i in 0..n_rows {
+            if !pass[i] {
+                continue;
+            }
+            let t = times[i];
+            let (unit, expires) = match panes {
+                Some(p) => {
+                    let pane = p.pane_of(t);
+                    (pane, p.expiry(pane))
+                }
+                None => {
+                    let w = windows.last_window(t);
+                    (w, w.end)
+                }
+            };
+            if w_prev.is_some_and(|wp| expires <= wp) {
+                continue;
+            }
+            let part: &[u8] = parts.as_ref().map_or(&[], |p| p.row(i).data());
+            let key = orders.row(i);
+            let unit = self.best.entry((expires, unit)).or_default();
+            // the partition's entry, allocated only the first time it is seen
+            let best = match unit.get_mut(part) {
+                Some(b) => b,
+                None => unit.entry(part.into()).or_default(),
+            };
+            // rows strictly before this one, among the best kept
+            let before = best.partition_point(|b| b.as_ref() < key.data());
+            if before >= self.n {
+                keep[i] = false;
+                dropped = true;
+                continue;
+            }
+            let at = best.partition_point(|b| b.as_ref() <= key.data());
+            best.insert(at, key.data().into());
+            best.truncate(self.n);
+        }
+        Ok(dropped.then_some(keep))
+    }
+
+    /// How many order keys the rule keeps, over all open units.
+    pub fn len(&self) -> usize {
+        self.best
+            .values()
+            .flat_map(|u| u.values())
+            .map(Vec::len)
+            .sum()
+    }
+
+    /// Units whose last window ends at or before `w` need no entries.
+    pub fn evict(&mut self, w: EventTime) {
+        self.best = self.best.split_off(&(
+            w.saturating_add(1),
+            Window::new(EventTime::MIN, EventTime::MIN),
+        ));
+    }
+}
