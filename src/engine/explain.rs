@@ -11,7 +11,15 @@ pub(super) fn explain(v: &View) -> String {
     let s = &v.spec;
     let mut out = String::new();
     let _ = writeln!(out, "view: {}", s.name);
-    let _ = writeln!(out, "sql: {}", s.sql.trim());
+    match &v.written {
+        Some(w) => {
+            let _ = writeln!(out, "sql: {}", w.sql.trim());
+            let _ = writeln!(out, "per window: {}", s.sql.trim());
+        }
+        None => {
+            let _ = writeln!(out, "sql: {}", s.sql.trim());
+        }
+    }
     for src in &v.sources {
         let _ = writeln!(
             out,

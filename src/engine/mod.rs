@@ -144,6 +144,11 @@ impl Engine {
     /// # Ok::<(), thund::Error>(())
     /// ```
     pub fn create_view(&mut self, spec: ViewSpec) -> Result<()> {
+        // a window declared in the SQL: the per-window query and that window
+        let (spec, layout, written) = match crate::spec::window_sql::lower(&spec)? {
+            Some(l) => (l.spec, Some(l.layout), Some(l.written)),
+            None => (spec, None, None),
+        };
         spec.validate()?;
         if self.views.iter().any(|v| v.spec.name == spec.name) {
             return Err(Error::DuplicateView(spec.name.clone()));
@@ -180,6 +185,17 @@ impl Engine {
             self.clock.now_ms(),
         );
         let (fingerprint, fingerprint_parts) = view_fingerprint(&spec, &sources, &plan);
+        let written = match (layout, written) {
+            (Some(layout), Some(sql)) => {
+                let (columns, schema) = layout.project(&runtime.output_schema(), spec.output);
+                Some(view::Written {
+                    sql,
+                    columns,
+                    schema,
+                })
+            }
+            _ => None,
+        };
         let mut view = View {
             pending: vec![Vec::new(); sources.len()],
             spec,
@@ -197,6 +213,7 @@ impl Engine {
             recovery_reported: false,
             schedule: thund_checkpoint::policy::CheckpointSchedule::new(self.compact_every),
             warnings: Vec::new(),
+            written,
         };
         self.attach_state(&mut view)?;
         self.views.push(view);
@@ -737,7 +754,11 @@ impl Engine {
     /// # Ok::<(), thund::Error>(())
     /// ```
     pub fn output_schema(&self, view: &str) -> Result<SchemaRef> {
-        Ok(self.view(view)?.runtime.output_schema())
+        let v = self.view(view)?;
+        Ok(match &v.written {
+            Some(w) => w.schema.clone(),
+            None => v.runtime.output_schema(),
+        })
     }
 
     /// A view's cumulative counters.

@@ -43,6 +43,26 @@ pub(super) struct View {
     pub schedule: thund_checkpoint::policy::CheckpointSchedule,
     /// What the state root said at start besides a resume (see [`super::Engine::warnings`]).
     pub warnings: Vec<StateWarning>,
+    /// A window declared in the SQL: the query as written, and the
+    /// runtime's output columns the view shows, in the query's order.
+    pub written: Option<Written>,
+}
+
+/// A view whose SQL declares its window (`TUMBLE(…)`, `date_bin`, …).
+pub(super) struct Written {
+    /// The query as written (the spec holds the per-window query).
+    pub sql: String,
+    /// The runtime's output columns shown, and their schema.
+    pub columns: Vec<usize>,
+    pub schema: arrow::datatypes::SchemaRef,
+}
+
+impl Written {
+    /// A runtime batch in the query's layout.
+    pub fn lay_out(&self, b: &RecordBatch) -> Result<RecordBatch> {
+        let cols = self.columns.iter().map(|&i| b.column(i).clone()).collect();
+        Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
+    }
 }
 
 impl View {
@@ -213,7 +233,14 @@ impl View {
             late_rows_dropped: late,
             invalid_rows: invalid,
             windows_closed: out.windows_closed,
-            output: out.batches,
+            output: match &self.written {
+                None => out.batches,
+                Some(w) => out
+                    .batches
+                    .iter()
+                    .map(|b| w.lay_out(b))
+                    .collect::<Result<_>>()?,
+            },
             path: self.plan.path(),
             reason: self
                 .plan

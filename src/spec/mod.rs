@@ -267,7 +267,11 @@ impl ViewSpec {
                 }
             }
         }
-        if self.window.is_none() && self.output == OutputMode::Append {
+        // (a window the SQL declares is the spec's once lowered)
+        if self.window.is_none()
+            && self.output == OutputMode::Append
+            && window_sql::lower(self)?.is_none()
+        {
             return Err(Error::Unsupported {
                 view: v.clone(),
                 message: "output mode `append` needs a window: without one no result is ever \
@@ -350,6 +354,7 @@ impl ViewSpecBuilder {
 
 mod schema;
 mod toml_form;
+pub(crate) mod window_sql;
 
 pub use schema::parse_schema;
 use toml_form::RawSpec;

@@ -25,3 +25,4 @@ mod recovery;
 mod routing;
 mod sessions;
 mod sql_shapes;
+mod window_sql;

@@ -1,0 +1,761 @@
+//! Windows declared in the query itself, in the spelling of Flink and
+//! RisingWave (window table functions in `FROM`) or of PostgreSQL and
+//! Materialize (`date_bin` in `GROUP BY`):
+//!
+//! ```sql
+//! SELECT auction, window_start, window_end, COUNT(*) AS num
+//! FROM HOP(bids, ts, INTERVAL '2' SECOND, INTERVAL '10' SECOND)
+//! GROUP BY auction, window_start, window_end
+//! ```
+//!
+//! * `TUMBLE(source, time, size)`, `HOP(source, time, slide, size)` and
+//!   `SESSION(source, time, gap)`, where `time` is the source's event-time
+//!   column; a session's key is the query's other `GROUP BY` columns.
+//! * `date_bin(INTERVAL …, time)` in `GROUP BY`: a tumbling window, whose
+//!   start the select list may show under any name.
+//!
+//! Within one window, `window_start` and `window_end` are constants, so the
+//! query is the per-window query of the contract (`../shared/design.md` §1)
+//! once they are taken out: grouping by them, joining or filtering on
+//! `a.window_start = b.window_start`, or ordering by them changes nothing
+//! within a window, and selecting them (under any alias, in any position)
+//! shows the bounds every output row already carries. [`lower`] does that
+//! rewrite and says where the query wants the bounds; any other use of a
+//! bound (arithmetic, a comparison with something else) is an error that
+//! names it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, DateTimeField, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments,
+    GroupByExpr, Ident, JoinConstraint, JoinOperator, ObjectName, ObjectNamePart, Query, Select,
+    SelectItem, SetExpr, Spanned, Statement, TableFactor, Value,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+use crate::error::{Error, Result};
+use crate::spec::{OutputMode, ViewSpec, WindowKind, WindowSpec};
+
+/// A window bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bound {
+    Start,
+    End,
+}
+
+/// Where an output column comes from, in the query's order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Slot {
+    /// A window bound, under this name.
+    Bound(Bound, String),
+    /// The next column of the per-window query.
+    Query,
+    /// All remaining columns of the per-window query (`*`).
+    Rest,
+}
+
+/// How a view whose window is declared in SQL lays out its output: the
+/// columns of the runtime's rows (`window_start, window_end, query…,
+/// [final]`) it shows, in the query's order and names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    slots: Vec<Slot>,
+}
+
+impl Layout {
+    /// The output columns as indices into `runtime` (window bounds first,
+    /// then `query` columns, then `final` in Update mode), with the schema
+    /// they make.
+    pub(crate) fn project(&self, runtime: &Schema, mode: OutputMode) -> (Vec<usize>, SchemaRef) {
+        let flag = usize::from(mode == OutputMode::Update);
+        let n_query = runtime.fields().len().saturating_sub(2 + flag);
+        let mut next = 0usize;
+        let mut idx = Vec::new();
+        let mut fields: Vec<Field> = Vec::new();
+        for s in &self.slots {
+            match s {
+                Slot::Bound(b, name) => {
+                    let i = if *b == Bound::Start { 0 } else { 1 };
+                    idx.push(i);
+                    fields.push(runtime.field(i).clone().with_name(name));
+                }
+                Slot::Query | Slot::Rest => {
+                    while next < n_query {
+                        idx.push(2 + next);
+                        fields.push(runtime.field(2 + next).clone());
+                        next += 1;
+                        if *s == Slot::Query {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if flag == 1 {
+            let i = runtime.fields().len() - 1;
+            idx.push(i);
+            fields.push(runtime.field(i).clone());
+        }
+        (idx, std::sync::Arc::new(Schema::new(fields)))
+    }
+}
+
+/// A view's spec with its window taken from the SQL: the per-window query,
+/// the window, and where the output shows the bounds.
+pub(crate) struct Lowered {
+    pub spec: ViewSpec,
+    pub layout: Layout,
+    /// The query as written.
+    pub written: String,
+}
+
+/// One window declared in the query, and where.
+#[derive(Clone, Debug)]
+struct Declared {
+    /// `TUMBLE(…)` etc. as written, with its line and column.
+    text: String,
+    at: String,
+    source: Option<String>,
+    time: String,
+    kind: WindowKind,
+}
+
+/// The window functions, upper-case.
+const FUNCTIONS: [&str; 3] = ["TUMBLE", "HOP", "SESSION"];
+
+/// If `spec`'s SQL declares its window (see the module), the spec of the
+/// per-window query, with that window; `None` if it declares none.
+pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
+    let view = spec.name.as_str();
+    let upper = spec.sql.to_ascii_uppercase();
+    if !FUNCTIONS.iter().any(|f| upper.contains(f)) && !upper.contains("DATE_BIN") {
+        return Ok(None);
+    }
+    let mut stmts = Parser::parse_sql(&GenericDialect {}, &spec.sql)
+        .map_err(|e| Error::spec(view, format!("the SQL does not parse: {e}")))?;
+    let [Statement::Query(q)] = stmts.as_mut_slice() else {
+        // one query is what a view is; planning reports anything else
+        return Ok(None);
+    };
+    let mut r = Rewriter {
+        view,
+        names: HashMap::new(),
+        declared: Vec::new(),
+    };
+    let slots = r.query(q, true)?;
+    let Some(first) = r.declared.first().cloned() else {
+        return Ok(None);
+    };
+    if let Some(other) = r
+        .declared
+        .iter()
+        .find(|d| d.kind != first.kind || d.time != first.time)
+    {
+        return Err(Error::spec(
+            view,
+            format!(
+                "the query declares two different windows: `{}` ({}) and `{}` ({}); \
+                 a view has one window",
+                first.text, first.at, other.text, other.at
+            ),
+        ));
+    }
+    if spec.window.is_some() {
+        return Err(Error::spec(
+            view,
+            format!(
+                "the window is declared twice: in the SQL (`{}`, {}) and in the spec's \
+                 [window]; remove one of them",
+                first.text, first.at
+            ),
+        ));
+    }
+    for d in &r.declared {
+        check_time(spec, d)?;
+    }
+    let mut out = spec.clone();
+    out.sql = q.to_string();
+    out.window = Some(WindowSpec {
+        kind: first.kind,
+        offset: Duration::ZERO,
+    });
+    Ok(Some(Lowered {
+        spec: out,
+        layout: Layout { slots },
+        written: spec.sql.clone(),
+    }))
+}
+
+/// The window's time column must be its source's event time.
+fn check_time(spec: &ViewSpec, d: &Declared) -> Result<()> {
+    let sources: Vec<_> = match &d.source {
+        Some(name) => {
+            let s = spec
+                .sources
+                .iter()
+                .find(|s| s.name.eq_ignore_ascii_case(name))
+                .ok_or_else(|| {
+                    Error::spec(
+                        &spec.name,
+                        format!(
+                            "`{}` ({}) reads `{name}`, which is not a source of the view \
+                             (its sources: {})",
+                            d.text,
+                            d.at,
+                            spec.sources
+                                .iter()
+                                .map(|s| s.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )
+                })?;
+            vec![s]
+        }
+        None => spec.sources.iter().collect(),
+    };
+    for s in sources {
+        if !s.event_time.eq_ignore_ascii_case(&d.time) {
+            return Err(Error::spec(
+                &spec.name,
+                format!(
+                    "`{}` ({}) windows by `{}`, but source `{}` has event time `{}`: \
+                     windows are over event time",
+                    d.text, d.at, d.time, s.name, s.event_time
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+struct Rewriter<'a> {
+    view: &'a str,
+    /// Names (lower-case) that denote a window bound: `window_start`,
+    /// `window_end` once a window function is in scope, and the aliases
+    /// subqueries give them.
+    names: HashMap<String, Bound>,
+    declared: Vec<Declared>,
+}
+
+fn position(e: &impl Spanned) -> String {
+    let s = e.span().start;
+    format!("line {}, column {}", s.line, s.column)
+}
+
+/// `e`'s conjuncts.
+fn conjuncts(e: Expr, out: &mut Vec<Expr>) {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            conjuncts(*left, out);
+            conjuncts(*right, out);
+        }
+        Expr::Nested(inner)
+            if matches!(
+                inner.as_ref(),
+                Expr::BinaryOp {
+                    op: BinaryOperator::And,
+                    ..
+                }
+            ) =>
+        {
+            conjuncts(*inner, out)
+        }
+        other => out.push(other),
+    }
+}
+
+fn and_all(mut es: Vec<Expr>) -> Option<Expr> {
+    let first = if es.is_empty() {
+        return None;
+    } else {
+        es.remove(0)
+    };
+    Some(es.into_iter().fold(first, |l, r| Expr::BinaryOp {
+        left: Box::new(l),
+        op: BinaryOperator::And,
+        right: Box::new(r),
+    }))
+}
+
+/// A duration from `INTERVAL '10' SECOND` or `INTERVAL '10 seconds'`.
+fn interval(view: &str, what: &str, e: &Expr) -> Result<Duration> {
+    let bad = |m: &str| Error::spec(view, format!("{what} ({}): {m}", position(e)));
+    let Expr::Interval(iv) = e else {
+        return Err(bad(&format!("`{e}` is not an INTERVAL")));
+    };
+    let text = match iv.value.as_ref() {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+            Value::Number(n, _) => n.clone(),
+            _ => return Err(bad(&format!("`{e}` is not a literal interval"))),
+        },
+        _ => return Err(bad(&format!("`{e}` is not a literal interval"))),
+    };
+    if iv.last_field.is_some() {
+        return Err(bad(&format!("`{e}`: give the interval in one unit")));
+    }
+    let unit = match &iv.leading_field {
+        None => "",
+        Some(DateTimeField::Millisecond | DateTimeField::Milliseconds) => "ms",
+        Some(DateTimeField::Second | DateTimeField::Seconds) => "s",
+        Some(DateTimeField::Minute | DateTimeField::Minutes) => "min",
+        Some(DateTimeField::Hour | DateTimeField::Hours) => "h",
+        Some(DateTimeField::Day | DateTimeField::Days) => "d",
+        Some(DateTimeField::Week(_) | DateTimeField::Weeks) => "w",
+        Some(other) => {
+            return Err(bad(&format!(
+                "`{e}`: {other} is not a fixed duration (months and years vary in length)"
+            )))
+        }
+    };
+    // humantime's units, and SQL's spelling of milliseconds
+    let text = format!("{}{unit}", text.trim())
+        .replace("milliseconds", "ms")
+        .replace("millisecond", "ms");
+    let d = humantime::parse_duration(&text)
+        .map_err(|err| bad(&format!("`{e}` is not a duration ({err})")))?;
+    if d.is_zero() || d.subsec_nanos() % 1_000_000 != 0 {
+        return Err(bad(&format!(
+            "`{e}` must be a positive whole number of milliseconds"
+        )));
+    }
+    Ok(d)
+}
+
+/// The plain expressions of a function call's arguments.
+fn call_args<'f>(view: &str, f: &'f Function, name: &str) -> Result<Vec<&'f Expr>> {
+    let FunctionArguments::List(list) = &f.args else {
+        return Err(Error::spec(
+            view,
+            format!(
+                "`{f}` ({}): {name} takes its arguments in parentheses",
+                position(f)
+            ),
+        ));
+    };
+    list.args
+        .iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e),
+            other => Err(Error::spec(
+                view,
+                format!("`{f}` ({}): `{other}` is not a plain argument", position(f)),
+            )),
+        })
+        .collect()
+}
+
+fn ident_of(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Identifier(i) => Some(i.value.clone()),
+        Expr::CompoundIdentifier(parts) => parts.last().map(|i| i.value.clone()),
+        _ => None,
+    }
+}
+
+fn is_date_bin(e: &Expr) -> Option<&Function> {
+    match e {
+        Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("date_bin") => Some(f),
+        _ => None,
+    }
+}
+
+impl Rewriter<'_> {
+    fn err(&self, m: String) -> Error {
+        Error::spec(self.view, m)
+    }
+
+    /// The bound `e` names, if it is one.
+    fn bound(&self, e: &Expr) -> Option<Bound> {
+        let e = match e {
+            Expr::Nested(inner) => inner.as_ref(),
+            other => other,
+        };
+        if is_date_bin(e).is_some() {
+            return Some(Bound::Start);
+        }
+        ident_of(e).and_then(|n| self.names.get(&n.to_ascii_lowercase()).copied())
+    }
+
+    /// Bounds are constants within a window: any use but those the module
+    /// names is refused.
+    fn no_bound_in(&self, e: &Expr, clause: &str) -> Result<()> {
+        use datafusion::sql::sqlparser::ast::visit_expressions;
+        let mut found: Option<String> = None;
+        let _ = visit_expressions(e, |x: &Expr| {
+            if found.is_none() && self.bound(x).is_some() {
+                found = Some(format!("{x} ({})", position(x)));
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+        match found {
+            None => Ok(()),
+            Some(b) => Err(self.err(format!(
+                "`{e}` in {clause} uses the window bound `{b}`: within a window it is a \
+                 constant, so select it, group by it, or join, filter or order on \
+                 `a.window_start = b.window_start`, but compute nothing with it"
+            ))),
+        }
+    }
+
+    /// `e`'s conjuncts without the equalities of two equal bounds, checked.
+    fn strip_equal_bounds(&self, e: Expr, clause: &str) -> Result<Option<Expr>> {
+        let mut cs = Vec::new();
+        conjuncts(e, &mut cs);
+        let mut kept = Vec::new();
+        for c in cs {
+            if let Expr::BinaryOp {
+                left,
+                op: BinaryOperator::Eq,
+                right,
+            } = &c
+            {
+                if let (Some(a), Some(b)) = (self.bound(left), self.bound(right)) {
+                    if a == b {
+                        continue;
+                    }
+                }
+            }
+            self.no_bound_in(&c, clause)?;
+            kept.push(c);
+        }
+        Ok(and_all(kept))
+    }
+
+    /// The window functions of the subqueries inside `e`.
+    fn subqueries(&mut self, e: &mut Expr) -> Result<()> {
+        use datafusion::sql::sqlparser::ast::visit_expressions_mut;
+        let flow = visit_expressions_mut(e, |x: &mut Expr| {
+            let q = match x {
+                Expr::Subquery(q) => q,
+                Expr::Exists { subquery, .. } => subquery,
+                Expr::InSubquery { subquery, .. } => subquery,
+                _ => return std::ops::ControlFlow::Continue(()),
+            };
+            match self.query(q, false) {
+                Ok(_) => std::ops::ControlFlow::Continue(()),
+                Err(err) => std::ops::ControlFlow::Break(err),
+            }
+        });
+        match flow {
+            std::ops::ControlFlow::Break(err) => Err(err),
+            std::ops::ControlFlow::Continue(()) => Ok(()),
+        }
+    }
+
+    fn query(&mut self, q: &mut Query, top: bool) -> Result<Vec<Slot>> {
+        if let Some(with) = &mut q.with {
+            for cte in &mut with.cte_tables {
+                self.query(&mut cte.query, false)?;
+            }
+        }
+        let slots = self.set_expr(&mut q.body, top)?;
+        if let Some(ob) = &mut q.order_by {
+            if let datafusion::sql::sqlparser::ast::OrderByKind::Expressions(exprs) = &mut ob.kind {
+                let mut kept = Vec::new();
+                for o in exprs.drain(..) {
+                    if self.bound(&o.expr).is_some() {
+                        continue; // one value per window: orders nothing
+                    }
+                    self.no_bound_in(&o.expr, "ORDER BY")?;
+                    kept.push(o);
+                }
+                *exprs = kept;
+                if exprs.is_empty() {
+                    q.order_by = None;
+                }
+            }
+        }
+        Ok(slots)
+    }
+
+    fn set_expr(&mut self, s: &mut SetExpr, top: bool) -> Result<Vec<Slot>> {
+        match s {
+            SetExpr::Select(sel) => self.select(sel, top),
+            SetExpr::Query(q) => self.query(q, top),
+            SetExpr::SetOperation { left, right, .. } => {
+                let slots = self.set_expr(left, top)?;
+                self.set_expr(right, false)?;
+                Ok(slots)
+            }
+            _ => Ok(vec![Slot::Rest]),
+        }
+    }
+
+    /// A window function in `FROM`: replaced by its source.
+    fn factor(&mut self, t: &mut TableFactor) -> Result<Option<usize>> {
+        match t {
+            TableFactor::Table { name, args, .. }
+                if args.is_some()
+                    && FUNCTIONS
+                        .iter()
+                        .any(|f| name.to_string().eq_ignore_ascii_case(f)) =>
+            {
+                let fname = name.to_string().to_ascii_uppercase();
+                let t_ro: &TableFactor = t;
+                let text = format!("{t_ro}");
+                let at = position(t_ro);
+                let TableFactor::Table { args, alias, .. } = t_ro else {
+                    return Ok(None);
+                };
+                let alias = alias.clone();
+                let args: Vec<&Expr> = args
+                    .iter()
+                    .flat_map(|a| a.args.iter())
+                    .map(|a| match a {
+                        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e),
+                        other => Err(self.err(format!(
+                            "`{text}` ({at}): `{other}` is not a plain argument"
+                        ))),
+                    })
+                    .collect::<Result<_>>()?;
+                let want = if fname == "HOP" { 4 } else { 3 };
+                let usage = match fname.as_str() {
+                    "TUMBLE" => "TUMBLE(source, time_column, INTERVAL size)",
+                    "HOP" => "HOP(source, time_column, INTERVAL slide, INTERVAL size)",
+                    _ => "SESSION(source, time_column, INTERVAL gap)",
+                };
+                if args.len() != want {
+                    return Err(
+                        self.err(format!("`{text}` ({at}) takes {want} arguments: {usage}"))
+                    );
+                }
+                let (Some(source), Some(time)) = (ident_of(args[0]), ident_of(args[1])) else {
+                    return Err(self.err(format!(
+                        "`{text}` ({at}): the first two arguments name the source and its \
+                         event-time column: {usage}"
+                    )));
+                };
+                let what = format!("`{text}`");
+                let kind = match fname.as_str() {
+                    "TUMBLE" => WindowKind::Tumbling {
+                        size: interval(self.view, &what, args[2])?,
+                    },
+                    "HOP" => {
+                        let slide = interval(self.view, &what, args[2])?;
+                        let size = interval(self.view, &what, args[3])?;
+                        if slide > size {
+                            return Err(self.err(format!(
+                                "`{text}` ({at}): the slide (third argument) must not exceed \
+                                 the size (fourth): {usage}"
+                            )));
+                        }
+                        WindowKind::Hopping { size, slide }
+                    }
+                    _ => WindowKind::Session {
+                        gap: interval(self.view, &what, args[2])?,
+                        key: Vec::new(),
+                    },
+                };
+                *t = TableFactor::Table {
+                    name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(&source))]),
+                    alias,
+                    args: None,
+                    with_hints: Vec::new(),
+                    version: None,
+                    with_ordinality: false,
+                    partitions: Vec::new(),
+                    json_path: None,
+                    sample: None,
+                    index_hints: Vec::new(),
+                };
+                self.names.insert("window_start".into(), Bound::Start);
+                self.names.insert("window_end".into(), Bound::End);
+                self.declared.push(Declared {
+                    text,
+                    at,
+                    source: Some(source),
+                    time,
+                    kind,
+                });
+                Ok(Some(self.declared.len() - 1))
+            }
+            TableFactor::Derived { subquery, .. } => {
+                self.query(subquery, false)?;
+                Ok(None)
+            }
+            TableFactor::NestedJoin {
+                table_with_joins, ..
+            } => {
+                let mut found = self.factor(&mut table_with_joins.relation)?;
+                for j in &mut table_with_joins.joins {
+                    found = found.or(self.factor(&mut j.relation)?);
+                    self.join(&mut j.join_operator)?;
+                }
+                Ok(found)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn join(&mut self, op: &mut JoinOperator) -> Result<()> {
+        let c = match op {
+            JoinOperator::Join(c)
+            | JoinOperator::Inner(c)
+            | JoinOperator::Left(c)
+            | JoinOperator::LeftOuter(c)
+            | JoinOperator::Right(c)
+            | JoinOperator::RightOuter(c)
+            | JoinOperator::FullOuter(c)
+            | JoinOperator::CrossJoin(c)
+            | JoinOperator::Semi(c)
+            | JoinOperator::LeftSemi(c)
+            | JoinOperator::RightSemi(c)
+            | JoinOperator::Anti(c)
+            | JoinOperator::LeftAnti(c)
+            | JoinOperator::RightAnti(c) => c,
+            _ => return Ok(()),
+        };
+        if let JoinConstraint::On(e) = c {
+            self.subqueries(e)?;
+            let on = std::mem::replace(e, Expr::value(Value::Boolean(true)));
+            *e = self
+                .strip_equal_bounds(on, "a join condition")?
+                .unwrap_or_else(|| Expr::value(Value::Boolean(true)));
+        }
+        Ok(())
+    }
+
+    /// A `date_bin(INTERVAL …, time)` call: a tumbling window.
+    fn date_bin(&mut self, f: &Function) -> Result<()> {
+        let text = f.to_string();
+        let at = position(f);
+        let args = call_args(self.view, f, "date_bin")?;
+        if args.len() != 2 {
+            return Err(self.err(format!(
+                "`{text}` ({at}): date_bin takes (INTERVAL size, time_column); an origin is \
+                 not taken (use the spec's window offset)"
+            )));
+        }
+        let Some(time) = ident_of(args[1]) else {
+            return Err(self.err(format!(
+                "`{text}` ({at}): the second argument names the event-time column"
+            )));
+        };
+        let size = interval(self.view, &format!("`{text}`"), args[0])?;
+        self.declared.push(Declared {
+            text,
+            at,
+            source: None,
+            time,
+            kind: WindowKind::Tumbling { size },
+        });
+        Ok(())
+    }
+
+    fn select(&mut self, s: &mut Select, top: bool) -> Result<Vec<Slot>> {
+        let mut here = Vec::new();
+        for twj in &mut s.from {
+            if let Some(i) = self.factor(&mut twj.relation)? {
+                here.push(i);
+            }
+            for j in &mut twj.joins {
+                if let Some(i) = self.factor(&mut j.relation)? {
+                    here.push(i);
+                }
+                self.join(&mut j.join_operator)?;
+            }
+        }
+        // GROUP BY first: a date_bin there declares the window
+        let mut keys: Vec<String> = Vec::new();
+        if let GroupByExpr::Expressions(exprs, _) = &mut s.group_by {
+            let mut kept = Vec::new();
+            for e in exprs.drain(..) {
+                if let Some(f) = is_date_bin(&e) {
+                    self.date_bin(f)?;
+                    here.push(self.declared.len() - 1);
+                    continue;
+                }
+                if self.bound(&e).is_some() {
+                    continue;
+                }
+                self.no_bound_in(&e, "GROUP BY")?;
+                keys.push(ident_of(&e).unwrap_or_else(|| e.to_string()));
+                kept.push(e);
+            }
+            *exprs = kept;
+        }
+        // a session's key: the other GROUP BY columns
+        for &i in &here {
+            if let WindowKind::Session { key, .. } = &mut self.declared[i].kind {
+                *key = keys.clone();
+            }
+        }
+        for item in &mut s.projection {
+            match item {
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                    self.subqueries(e)?
+                }
+                _ => {}
+            }
+        }
+        if let Some(w) = &mut s.selection {
+            self.subqueries(w)?;
+        }
+        if let Some(h) = &mut s.having {
+            self.subqueries(h)?;
+        }
+        let mut slots = Vec::new();
+        let mut kept = Vec::new();
+        for item in s.projection.drain(..) {
+            let (e, alias) = match &item {
+                SelectItem::UnnamedExpr(e) => (e, None),
+                SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.clone())),
+                SelectItem::ExprWithAliases { expr, .. } => {
+                    self.no_bound_in(expr, "the select list")?;
+                    slots.push(Slot::Query);
+                    kept.push(item);
+                    continue;
+                }
+                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
+                    slots.push(Slot::Rest);
+                    if !here.is_empty() {
+                        // Flink's window table functions add their bounds after the source's columns
+                        slots.push(Slot::Bound(Bound::Start, "window_start".into()));
+                        slots.push(Slot::Bound(Bound::End, "window_end".into()));
+                    }
+                    kept.push(item);
+                    continue;
+                }
+            };
+            if let Some(b) = self.bound(e) {
+                let shown = match (&alias, ident_of(e)) {
+                    (Some(a), _) => a.clone(),
+                    (None, Some(n)) if is_date_bin(e).is_none() => n,
+                    _ => e.to_string(),
+                };
+                if let Some(a) = &alias {
+                    self.names.insert(a.to_ascii_lowercase(), b);
+                }
+                slots.push(Slot::Bound(b, shown));
+                continue;
+            }
+            self.no_bound_in(e, "the select list")?;
+            slots.push(Slot::Query);
+            kept.push(item);
+        }
+        s.projection = kept;
+        if s.projection.is_empty() {
+            return Err(self.err(
+                "the query selects only window bounds: select at least one other column \
+                 (every output row carries its window's bounds)"
+                    .into(),
+            ));
+        }
+        if let Some(w) = s.selection.take() {
+            s.selection = self.strip_equal_bounds(w, "WHERE")?;
+        }
+        if let Some(h) = &s.having {
+            self.no_bound_in(h, "HAVING")?;
+        }
+        Ok(if top { slots } else { Vec::new() })
+    }
+}

@@ -1,0 +1,422 @@
+//! Windows declared in SQL (`TUMBLE`/`HOP`/`SESSION` in `FROM`, `date_bin`
+//! in `GROUP BY`) against the same view with its window in the spec: on
+//! random disordered streams, in every output mode, on both paths and 1 or
+//! 2 workers, both spellings take the same plan and emit the same rows at
+//! every trigger, the SQL spelling laying its columns out where its select
+//! list puts the bounds. Malformed window calls are errors that name the
+//! call and its position.
+
+use crate::common;
+
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use common::{batch, canon, cases, Ev};
+use proptest::prelude::*;
+use thund::{Engine, ExecMode, OutputMode, ViewSpec, WindowSpec};
+
+/// A window of the pair, as both spellings give it.
+#[derive(Clone, Copy, Debug)]
+enum Win {
+    Hop { size: i64, slide: i64 },
+    Tumble(i64),
+    Session(i64),
+}
+
+impl Win {
+    fn spec(self) -> WindowSpec {
+        let ms = |x: i64| Duration::from_millis(x as u64);
+        match self {
+            Win::Hop { size, slide } => WindowSpec::hopping(ms(size), ms(slide)),
+            Win::Tumble(size) => WindowSpec::tumbling(ms(size)),
+            Win::Session(gap) => WindowSpec::session(ms(gap), &["k"]),
+        }
+    }
+
+    /// The window function over source `t`.
+    fn call(self) -> String {
+        match self {
+            Win::Hop { size, slide } => format!(
+                "HOP(t, ts, INTERVAL '{slide}' MILLISECOND, INTERVAL '{size} milliseconds')"
+            ),
+            Win::Tumble(size) => format!("TUMBLE(t, ts, INTERVAL '{size}' MILLISECOND)"),
+            Win::Session(gap) => format!("SESSION(t, ts, INTERVAL '{gap}' MILLISECOND)"),
+        }
+    }
+}
+
+/// Per-window query (window in the spec), and the same with the window in
+/// SQL, where `{W}` is the window function and the bounds are selected
+/// first, as the spec's rows carry them.
+const PAIRS: &[(&str, &str)] = &[
+    (
+        "SELECT k, COUNT(*) AS c, SUM(v) AS s, MAX(f) AS m FROM t GROUP BY k",
+        "SELECT window_start, window_end, k, COUNT(*) AS c, SUM(v) AS s, MAX(f) AS m \
+         FROM {W} GROUP BY k, window_start, window_end",
+    ),
+    (
+        "SELECT COUNT(*) AS c, AVG(v) AS a FROM t AS w WHERE v > 0",
+        "SELECT w.window_start, w.window_end, COUNT(*) AS c, AVG(v) AS a FROM {W} AS w \
+         WHERE v > 0 GROUP BY w.window_start, w.window_end",
+    ),
+    (
+        "SELECT k, COUNT(DISTINCT g) AS dg FROM t GROUP BY k HAVING COUNT(*) > 1",
+        "SELECT window_start, window_end, k, COUNT(DISTINCT g) AS dg FROM {W} \
+         GROUP BY window_start, k, window_end HAVING COUNT(*) > 1",
+    ),
+    (
+        "SELECT k, v, g FROM t WHERE v = (SELECT MAX(v) FROM t)",
+        "SELECT window_start, window_end, k, v, g FROM {W} WHERE v = (SELECT MAX(v) FROM {W})",
+    ),
+    (
+        // Nexmark q5 as Flink writes it: the bounds carried through
+        // subqueries under other names and joined on
+        "SELECT x.k, x.c FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) AS x \
+         JOIN (SELECT MAX(c) AS m FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) AS y) AS z \
+         ON x.c = z.m",
+        "SELECT x.st AS window_start, x.en AS window_end, x.k, x.c FROM \
+         (SELECT k, COUNT(*) AS c, window_start AS st, window_end AS en FROM {W} \
+          GROUP BY k, window_start, window_end) AS x \
+         JOIN (SELECT MAX(c) AS m, st, en FROM (SELECT k, COUNT(*) AS c, window_start AS st, \
+          window_end AS en FROM {W} GROUP BY k, window_start, window_end) AS y GROUP BY st, en) AS z \
+         ON x.st = z.st AND x.en = z.en AND x.c = z.m",
+    ),
+];
+
+/// Session pairs: grouped by the session key `k`.
+const SESSION_PAIRS: &[(&str, &str)] = &[(
+    "SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k",
+    "SELECT window_start, window_end, k, COUNT(*) AS c, SUM(v) AS s FROM {W} \
+     GROUP BY k, window_start, window_end",
+)];
+
+fn view(name: &str, sql: &str, win: Option<Win>, c: &Case, exec: ExecMode) -> ViewSpec {
+    let mut b = ViewSpec::builder(name, sql)
+        .source("t", "ts", common::schema())
+        .allowed_lateness(Duration::from_millis(c.lateness as u64))
+        .output(c.mode)
+        .mode(exec);
+    if let Some(w) = win {
+        b = b.window(w.spec());
+    }
+    b.build().expect("spec")
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    triggers: Vec<Vec<Ev>>,
+    lateness: i64,
+    win: Win,
+    pair: (&'static str, &'static str),
+    mode: OutputMode,
+    workers: usize,
+}
+
+fn case(sessions: bool) -> impl Strategy<Value = Case> {
+    let pairs = if sessions { SESSION_PAIRS } else { PAIRS };
+    (
+        common::stream(),
+        proptest::sample::select(pairs),
+        prop_oneof![
+            Just(OutputMode::Append),
+            Just(OutputMode::Update),
+            Just(OutputMode::Complete)
+        ],
+        1usize..=2,
+        any::<bool>(),
+    )
+        .prop_map(
+            move |((triggers, lateness, win), pair, mode, workers, tumble)| {
+                let win = if sessions {
+                    Win::Session(win.slide.max(100))
+                } else if tumble {
+                    Win::Tumble(win.size)
+                } else {
+                    Win::Hop {
+                        size: win.size,
+                        slide: win.slide,
+                    }
+                };
+                Case {
+                    triggers,
+                    lateness,
+                    win,
+                    pair,
+                    mode,
+                    workers,
+                }
+            },
+        )
+}
+
+/// Both spellings in one engine, fed the same triggers: same plan, same
+/// schema, same rows at every trigger.
+fn same(c: &Case, exec: ExecMode) -> Result<(), TestCaseError> {
+    let mut e = Engine::builder()
+        .workers(c.workers)
+        .build()
+        .expect("engine");
+    let (spec_sql, sql_form) = c.pair;
+    e.create_view(view("spec", spec_sql, Some(c.win), c, exec))
+        .expect("spec view");
+    let written = sql_form.replace("{W}", &c.win.call());
+    e.create_view(view("sql", &written, None, c, exec))
+        .expect("sql view");
+    prop_assert_eq!(
+        e.plan("spec").expect("plan"),
+        e.plan("sql").expect("plan"),
+        "{}",
+        e.explain("sql").unwrap_or_default()
+    );
+    prop_assert_eq!(
+        e.output_schema("spec").expect("schema"),
+        e.output_schema("sql").expect("schema")
+    );
+    let mut outs: (Vec<RecordBatch>, Vec<RecordBatch>) = (Vec::new(), Vec::new());
+    let mut step = |r: thund::TriggerReport| -> Result<(), TestCaseError> {
+        let (a, b) = (r.view("spec").expect("spec"), r.view("sql").expect("sql"));
+        prop_assert_eq!(canon(&a.output), canon(&b.output), "per trigger");
+        outs.0.extend(a.output.clone());
+        outs.1.extend(b.output.clone());
+        Ok(())
+    };
+    for trig in &c.triggers {
+        e.push("t", batch(trig)).expect("push");
+        step(e.trigger().expect("trigger"))?;
+    }
+    step(e.finish().expect("finish"))?;
+    prop_assert_eq!(
+        e.counters("spec").expect("c").late_rows_dropped,
+        e.counters("sql").expect("c").late_rows_dropped
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(24), ..ProptestConfig::default() })]
+
+    #[test]
+    fn sql_windows_equal_spec_windows_on_both_paths(c in case(false), recompute in any::<bool>()) {
+        same(&c, if recompute { ExecMode::Recompute } else { ExecMode::Auto })?;
+    }
+
+    #[test]
+    fn sql_sessions_equal_spec_sessions_on_both_paths(c in case(true), recompute in any::<bool>()) {
+        same(&c, if recompute { ExecMode::Recompute } else { ExecMode::Auto })?;
+    }
+}
+
+fn rows(c: u64) -> Vec<Ev> {
+    (0..c as i64)
+        .map(|i| Ev {
+            t: 1_000 + i * 370,
+            k: i % 3,
+            g: ["a", "b"][i as usize % 2].into(),
+            v: Some(i),
+            f: 0.5,
+        })
+        .collect()
+}
+
+/// Every emitted row of `view`, trigger by trigger, with `finish`.
+fn run_rows(e: &mut Engine, view: &str) -> Vec<RecordBatch> {
+    e.push("t", batch(&rows(40))).expect("push");
+    let mut out = e
+        .trigger()
+        .expect("trigger")
+        .view(view)
+        .expect("v")
+        .output
+        .clone();
+    out.extend(
+        e.finish()
+            .expect("finish")
+            .view(view)
+            .expect("v")
+            .output
+            .clone(),
+    );
+    out
+}
+
+fn engine_with(sql: &str, window: Option<WindowSpec>) -> Engine {
+    let mut b = ViewSpec::builder("v", sql).source("t", "ts", common::schema());
+    if let Some(w) = window {
+        b = b.window(w);
+    }
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(b.build().expect("spec")).expect("view");
+    e
+}
+
+/// The select list decides where the bounds go and what they are called;
+/// bounds not selected are not shown.
+#[test]
+fn the_query_places_and_names_the_bounds() {
+    let tumble = WindowSpec::tumbling(Duration::from_secs(2));
+    let mut spec = engine_with(
+        "SELECT k, COUNT(*) AS c FROM t GROUP BY k",
+        Some(tumble.clone()),
+    );
+    let want = canon(&run_rows(&mut spec, "v"));
+    // `window_start, window_end, k, c` rearranged as `k, c, we, ws`
+    let rearranged: Vec<String> = {
+        let mut v: Vec<String> = want
+            .iter()
+            .map(|r| {
+                let f: Vec<&str> = r.split('|').collect();
+                format!("{}|{}|{}|{}", f[2], f[3], f[1], f[0])
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let mut sql = engine_with(
+        "SELECT k, COUNT(*) AS c, window_end AS we, window_start AS ws \
+         FROM TUMBLE(t, ts, INTERVAL '2' SECOND) GROUP BY k, window_start, window_end",
+        None,
+    );
+    let names: Vec<String> = sql
+        .output_schema("v")
+        .expect("schema")
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names, ["k", "c", "we", "ws"]);
+    let mut got = canon(&run_rows(&mut sql, "v"));
+    got.sort();
+    assert_eq!(got, rearranged);
+    assert!(
+        want.len() > 3,
+        "the stream closes several windows: {want:?}"
+    );
+
+    // date_bin: a tumbling window whose start the query names
+    let mut bin = engine_with(
+        "SELECT date_bin(INTERVAL '2 seconds', ts) AS w, k, COUNT(*) AS c FROM t \
+         GROUP BY date_bin(INTERVAL '2 seconds', ts), k",
+        None,
+    );
+    let names: Vec<String> = bin
+        .output_schema("v")
+        .expect("schema")
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names, ["w", "k", "c"]);
+    let mut got = canon(&run_rows(&mut bin, "v"));
+    got.sort();
+    let mut start_k_c: Vec<String> = want
+        .iter()
+        .map(|r| {
+            let f: Vec<&str> = r.split('|').collect();
+            format!("{}|{}|{}", f[0], f[2], f[3])
+        })
+        .collect();
+    start_k_c.sort();
+    assert_eq!(got, start_k_c);
+    assert!(bin
+        .explain("v")
+        .expect("explain")
+        .contains("per window: SELECT k, COUNT(*) AS c"));
+}
+
+fn refused(sql: &str, window: Option<WindowSpec>) -> String {
+    let mut b = ViewSpec::builder("v", sql).source("t", "ts", common::schema());
+    if let Some(w) = window {
+        b = b.window(w);
+    }
+    let mut e = Engine::builder().build().expect("engine");
+    match b.build().and_then(|spec| e.create_view(spec)) {
+        Ok(()) => panic!("accepted: {sql}"),
+        Err(err) => {
+            // the engine stays usable
+            e.create_view(
+                ViewSpec::builder("ok", "SELECT COUNT(*) AS c FROM t")
+                    .source("t", "ts", common::schema())
+                    .window(WindowSpec::tumbling(Duration::from_secs(1)))
+                    .build()
+                    .expect("spec"),
+            )
+            .expect("a good view after a refused one");
+            err.to_string()
+        }
+    }
+}
+
+#[test]
+fn malformed_window_calls_name_the_call_and_its_position() {
+    let cases: &[(&str, Option<WindowSpec>, &[&str])] = &[
+        (
+            "SELECT k, COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1' SECOND) GROUP BY k",
+            Some(WindowSpec::tumbling(Duration::from_secs(1))),
+            &["declared twice", "line 1, column 30", "[window]"],
+        ),
+        (
+            "SELECT k, COUNT(*) AS c\nFROM TUMBLE(t, k, INTERVAL '1' SECOND) GROUP BY k",
+            None,
+            &["windows by `k`", "event time `ts`", "line 2, column 6"],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(bids, ts, INTERVAL '1' SECOND)",
+            None,
+            &["`bids`", "not a source", "its sources: t"],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1' MONTH)",
+            None,
+            &["not a fixed duration"],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM HOP(t, ts, INTERVAL '10' SECOND, INTERVAL '2' SECOND)",
+            None,
+            &["must not exceed the size"],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, ts)",
+            None,
+            &[
+                "takes 3 arguments",
+                "TUMBLE(source, time_column, INTERVAL size)",
+            ],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, 1000)",
+            None,
+            &["`1000` is not an INTERVAL"],
+        ),
+        (
+            "SELECT window_start + INTERVAL '1' SECOND AS later, COUNT(*) AS c \
+             FROM TUMBLE(t, ts, INTERVAL '1' SECOND) GROUP BY window_start, window_end",
+            None,
+            &[
+                "the select list",
+                "window bound `window_start",
+                "compute nothing",
+            ],
+        ),
+        (
+            "SELECT a.c FROM (SELECT COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1' SECOND)) AS a \
+             JOIN (SELECT COUNT(*) AS d FROM TUMBLE(t, ts, INTERVAL '2' SECOND)) AS b ON a.c = b.d",
+            None,
+            &["two different windows", "INTERVAL '2' SECOND"],
+        ),
+        (
+            "SELECT window_start, window_end FROM TUMBLE(t, ts, INTERVAL '1' SECOND) \
+             GROUP BY window_start, window_end",
+            None,
+            &["selects only window bounds"],
+        ),
+    ];
+    for (sql, window, wants) in cases {
+        let msg = refused(sql, window.clone());
+        for w in *wants {
+            assert!(
+                msg.contains(w),
+                "{sql}\n  error: {msg}\n  should contain: {w}"
+            );
+        }
+    }
+}
