@@ -74,7 +74,24 @@ pub(crate) fn split(plan: &LogicalPlan) -> Option<Split> {
     if scans != aggregates.len() || aggregates.iter().any(|a| *a != first) || *plan == first {
         return None;
     }
-    let df_schema = first.schema().clone();
+    let (table, rest) = read_from_table(plan, &first, GROUPS)?;
+    Some(Split {
+        aggregate: first,
+        rest,
+        table,
+    })
+}
+
+/// `plan` with every occurrence of `node` replaced by a scan of an empty
+/// table `name` of `node`'s columns, each under `node`'s qualified name so
+/// the plan above reads it as before: the table (to fill per window) and
+/// the plan over it.
+pub(super) fn read_from_table(
+    plan: &LogicalPlan,
+    node: &LogicalPlan,
+    name: &str,
+) -> Option<(Arc<MemTable>, LogicalPlan)> {
+    let df_schema = node.schema().clone();
     let fields: Vec<Field> = df_schema
         .fields()
         .iter()
@@ -82,17 +99,15 @@ pub(crate) fn split(plan: &LogicalPlan) -> Option<Split> {
         .map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable()))
         .collect();
     let table = Arc::new(MemTable::try_new(Arc::new(Schema::new(fields)), vec![vec![]]).ok()?);
-    // each column under the aggregate's qualified name, so the plan above
-    // reads it as before
     let exprs: Vec<Expr> = df_schema
         .iter()
         .enumerate()
         .map(|(i, (q, f))| {
-            Expr::Column(Column::new(Some(GROUPS), format!("c{i}")))
+            Expr::Column(Column::new(Some(name), format!("c{i}")))
                 .alias_qualified(q.cloned(), f.name())
         })
         .collect();
-    let replacement = LogicalPlanBuilder::scan(GROUPS, provider_as_source(table.clone()), None)
+    let replacement = LogicalPlanBuilder::scan(name, provider_as_source(table.clone()), None)
         .and_then(|b| b.project(exprs))
         .and_then(|b| b.build())
         .ok()?;
@@ -102,7 +117,7 @@ pub(crate) fn split(plan: &LogicalPlan) -> Option<Split> {
     let rest = plan
         .clone()
         .transform_up_with_subqueries(|p| {
-            Ok(if p == first {
+            Ok(if p == *node {
                 Transformed::yes(replacement.clone())
             } else {
                 Transformed::no(p)
@@ -110,9 +125,5 @@ pub(crate) fn split(plan: &LogicalPlan) -> Option<Split> {
         })
         .ok()?
         .data;
-    Some(Split {
-        aggregate: first,
-        rest,
-        table,
-    })
+    Some((table, rest))
 }

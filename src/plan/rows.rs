@@ -18,17 +18,17 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::DataType;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, ScalarValue};
-use datafusion::datasource::{provider_as_source, MemTable};
+use datafusion::datasource::MemTable;
 use datafusion::functions_aggregate::count::count_all;
 use datafusion::logical_expr::expr::{Sort, WindowFunctionDefinition};
 use datafusion::logical_expr::{
     BinaryExpr, Expr, FetchType, LogicalPlan, LogicalPlanBuilder, Operator, SkipType,
 };
 
-use super::post::{reads_scan, sorted};
+use super::post::{read_from_table, reads_scan, sorted};
 use super::FallbackReason;
 
 /// The name of the table that holds a window's candidate rows.
@@ -389,39 +389,7 @@ fn assemble(plan: &LogicalPlan, r: Ranked<'_>, read: &[bool]) -> Option<TopRows>
         .aggregate(groups, vec![count_all().unalias().alias(COUNT)])
         .and_then(|b| b.build())
         .ok()?;
-    let fields: Vec<Field> = schema
-        .fields()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable()))
-        .collect();
-    let table = Arc::new(MemTable::try_new(Arc::new(Schema::new(fields)), vec![vec![]]).ok()?);
-    let exprs: Vec<Expr> = schema
-        .iter()
-        .enumerate()
-        .map(|(i, (q, f))| {
-            Expr::Column(Column::new(Some(ROWS), format!("c{i}")))
-                .alias_qualified(q.cloned(), f.name())
-        })
-        .collect();
-    let replacement = LogicalPlanBuilder::scan(ROWS, provider_as_source(table.clone()), None)
-        .and_then(|b| b.project(exprs))
-        .and_then(|b| b.build())
-        .ok()?;
-    if !replacement.schema().iter().eq(schema.iter()) {
-        return None;
-    }
-    let rest = plan
-        .clone()
-        .transform_up_with_subqueries(|p| {
-            Ok(if p == base {
-                Transformed::yes(replacement.clone())
-            } else {
-                Transformed::no(p)
-            })
-        })
-        .ok()?
-        .data;
+    let (table, rest) = read_from_table(plan, &base, ROWS)?;
     let o: Vec<String> = r.order.iter().map(|s| s.to_string()).collect();
     let p: Vec<String> = r.partition.iter().map(|e| e.to_string()).collect();
     let within = match p.is_empty() {

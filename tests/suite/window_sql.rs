@@ -420,3 +420,25 @@ fn malformed_window_calls_name_the_call_and_its_position() {
         }
     }
 }
+
+/// A window function's name in a string, or SQL the window parser does not
+/// take, declares no window: the spec's window holds, and DataFusion judges
+/// the SQL.
+#[test]
+fn only_a_call_declares_a_window() {
+    let mut e = engine_with(
+        "SELECT g, COUNT(*) AS c FROM t WHERE g <> 'TUMBLE(t, ts, INTERVAL ''1'' SECOND)' GROUP BY g",
+        Some(WindowSpec::tumbling(Duration::from_secs(2))),
+    );
+    assert!(!run_rows(&mut e, "v").is_empty());
+    let names: Vec<String> = e
+        .output_schema("v")
+        .expect("schema")
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names, ["window_start", "window_end", "g", "c"]);
+    let msg = refused("SELECT date_bin( FROM t", None);
+    assert!(msg.contains("needs a window"), "{msg}");
+}
