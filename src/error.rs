@@ -20,6 +20,19 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A SQL DDL text (`CREATE SOURCE`, `CREATE VIEW`) that is not right:
+    /// which statement (1-based; 0 for the text as a whole) and where.
+    #[error("invalid DDL at line {line}, column {column}: {message}")]
+    Ddl {
+        /// The statement's number, 1-based (0: the text as a whole).
+        statement: usize,
+        /// The line of the token at fault, 1-based.
+        line: u64,
+        /// Its column, 1-based.
+        column: u64,
+        /// What is wrong, naming the statement.
+        message: String,
+    },
     /// A TOML view spec that cannot be parsed.
     #[error("cannot read view spec {path}: {message}")]
     SpecFile {

@@ -17,7 +17,7 @@ use super::run::{open_inputs, parse_inputs};
 use super::{CliError, ExplainArgs, InspectArgs, Result};
 use crate::error::Error;
 use crate::time::display;
-use crate::{Engine, ViewSpec};
+use crate::Engine;
 
 /// The local directory of a `file://` URL (percent-decoded).
 fn local_dir(url: &str) -> Option<std::path::PathBuf> {
@@ -226,12 +226,16 @@ pub(super) fn inspect(a: InspectArgs) -> Result<()> {
 }
 
 pub(super) fn explain(a: ExplainArgs) -> Result<()> {
-    let mut spec = ViewSpec::from_toml_file(&a.view)?;
-    let inputs = parse_inputs(&spec, &a.inputs)?;
-    open_inputs(&mut spec, &inputs, "explain")?;
-    let view = spec.name.clone();
     let mut engine = Engine::builder().build()?;
-    engine.create_view(spec)?;
-    print!("{}", engine.explain(&view)?);
+    for (i, mut spec) in a.view.specs(true)?.into_iter().enumerate() {
+        let inputs = parse_inputs(&spec, &a.inputs)?;
+        open_inputs(&mut spec, &inputs, "explain")?;
+        let view = spec.name.clone();
+        engine.create_view(spec)?;
+        if i > 0 {
+            println!();
+        }
+        print!("{}", engine.explain(&view)?);
+    }
     Ok(())
 }

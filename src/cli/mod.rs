@@ -85,12 +85,79 @@ pub struct DemoArgs {
     pub show: usize,
 }
 
+/// Where a view comes from: a TOML spec, or a SQL DDL file (`CREATE
+/// SOURCE …; CREATE VIEW …`) and which of its views.
+#[derive(Args, Debug)]
+pub struct ViewArgs {
+    /// The view spec (TOML).
+    #[arg(long, required_unless_present = "sql", conflicts_with = "sql")]
+    pub view: Option<PathBuf>,
+    /// A pipeline in SQL DDL: `CREATE SOURCE … (…, WATERMARK FOR ts AS ts -
+    /// INTERVAL …)` and `CREATE VIEW … AS …` statements.
+    #[arg(long)]
+    pub sql: Option<PathBuf>,
+    /// With --sql: the view to take, when the file declares several.
+    #[arg(long, requires = "sql")]
+    pub view_name: Option<String>,
+}
+
+impl ViewArgs {
+    /// The views these flags name: the TOML spec, or the DDL file's views
+    /// (`all`: every one unless --view-name picks one; else exactly one).
+    fn specs(&self, all: bool) -> Result<Vec<crate::ViewSpec>> {
+        let (Some(path), None) = (&self.sql, &self.view) else {
+            let path = self.view.as_ref().ok_or_else(|| {
+                CliError::Refused("give the view as --view spec.toml or --sql pipeline.sql".into())
+            })?;
+            return Ok(vec![crate::ViewSpec::from_toml_file(path)?]);
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| crate::Error::SpecFile {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        let views = crate::spec::ddl::parse(&text)
+            .map_err(|e| CliError::Refused(format!("{}: {e}", path.display())))?
+            .views;
+        let names = || {
+            views
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match &self.view_name {
+            Some(n) => match views.iter().find(|v| v.name == *n) {
+                Some(v) => Ok(vec![v.clone()]),
+                None => Err(CliError::Refused(format!(
+                    "{} declares no view `{n}` (its views: {})",
+                    path.display(),
+                    names()
+                ))),
+            },
+            None if all || views.len() == 1 => Ok(views),
+            None => Err(CliError::Refused(format!(
+                "{} declares {} views ({}): choose one with --view-name",
+                path.display(),
+                views.len(),
+                names()
+            ))),
+        }
+    }
+
+    /// The one view these flags name.
+    fn spec(&self) -> Result<crate::ViewSpec> {
+        let mut v = self.specs(false)?;
+        v.pop()
+            .ok_or_else(|| CliError::Refused("no view to run".into()))
+    }
+}
+
 /// `thund run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The view spec (TOML).
-    #[arg(long)]
-    pub view: PathBuf,
+    /// The view: a TOML spec or a SQL DDL file.
+    #[command(flatten)]
+    pub view: ViewArgs,
     /// An input as SOURCE=PATH (.csv or .parquet); one per source.
     #[arg(long = "input", value_name = "SOURCE=PATH", required = true)]
     pub inputs: Vec<String>,
@@ -134,9 +201,10 @@ pub struct RunArgs {
 /// `thund explain`.
 #[derive(Args, Debug)]
 pub struct ExplainArgs {
-    /// The view spec (TOML).
-    #[arg(long)]
-    pub view: PathBuf,
+    /// The view: a TOML spec, or a SQL DDL file (every view of it unless
+    /// --view-name picks one).
+    #[command(flatten)]
+    pub view: ViewArgs,
     /// Inputs to infer source schemas from (SOURCE=PATH), for sources whose spec has no `schema`.
     #[arg(long = "input", value_name = "SOURCE=PATH")]
     pub inputs: Vec<String>,

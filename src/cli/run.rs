@@ -263,7 +263,7 @@ fn peak_rss() -> Option<u64> {
 
 pub(super) fn run(a: RunArgs) -> Result<()> {
     // 1. flags and files, before anything is opened for writing
-    let mut spec = ViewSpec::from_toml_file(&a.view)?;
+    let mut spec = a.view.spec()?;
     let inputs = parse_inputs(&spec, &a.inputs)?;
     for s in &spec.sources {
         if !inputs.iter().any(|(n, _)| *n == s.name) {

@@ -220,6 +220,55 @@ impl Engine {
         Ok(())
     }
 
+    /// Create the views a SQL DDL text declares (`CREATE SOURCE … WATERMARK
+    /// FOR …`, `CREATE VIEW … AS …`: see [`crate::spec::ddl`]), in order,
+    /// and return their names. The whole text is parsed and checked first;
+    /// if a view's query is then refused, the views declared before it stay
+    /// created and the error names the view.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+    /// # use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    /// # use thund::Engine;
+    /// let mut engine = Engine::builder().build()?;
+    /// let views = engine.execute_sql(
+    ///     "CREATE SOURCE bids (auction BIGINT, ts TIMESTAMP,
+    ///                          WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);
+    ///      CREATE VIEW counts AS
+    ///        SELECT auction, window_start, window_end, COUNT(*) AS n
+    ///        FROM TUMBLE(bids, ts, INTERVAL '10' SECOND)
+    ///        GROUP BY auction, window_start, window_end;",
+    /// )?;
+    /// assert_eq!(views, ["counts"]);
+    /// # let schema = Arc::new(Schema::new(vec![
+    /// #     Field::new("auction", DataType::Int64, true),
+    /// #     Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    /// # ]));
+    /// let bids = RecordBatch::try_new(schema, vec![
+    ///     Arc::new(Int64Array::from(vec![7, 7])),
+    ///     Arc::new(TimestampMillisecondArray::from(vec![1_000, 12_000])),
+    /// ]).unwrap();
+    /// engine.push("bids", bids)?;
+    /// let report = engine.trigger()?; // W = 11 s: [0 s, 10 s) closes
+    /// assert_eq!(report.view("counts").unwrap().output_rows(), 1);
+    /// # Ok::<(), thund::Error>(())
+    /// ```
+    pub fn execute_sql(&mut self, ddl: &str) -> Result<Vec<String>> {
+        let pipeline = crate::spec::ddl::parse(ddl)?;
+        for v in &pipeline.views {
+            if self.views.iter().any(|x| x.spec.name == v.name) {
+                return Err(Error::DuplicateView(v.name.clone()));
+            }
+        }
+        let mut names = Vec::new();
+        for v in pipeline.views {
+            names.push(v.name.clone());
+            self.create_view(v)?;
+        }
+        Ok(names)
+    }
+
     /// The engine's worker threads (started on first use): one timely instance hosts every
     /// incremental view's dataflow.
     fn cluster(&mut self, view: &str) -> Result<thund_dataflows::Cluster> {

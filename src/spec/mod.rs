@@ -352,6 +352,7 @@ impl ViewSpecBuilder {
     }
 }
 
+pub mod ddl;
 mod schema;
 mod toml_form;
 pub(crate) mod window_sql;

@@ -289,8 +289,13 @@ fn and_all(mut es: Vec<Expr>) -> Option<Expr> {
 }
 
 /// A duration from `INTERVAL '10' SECOND` or `INTERVAL '10 seconds'`.
-fn interval(view: &str, what: &str, e: &Expr) -> Result<Duration> {
-    let bad = |m: &str| Error::spec(view, format!("{what} ({}): {m}", position(e)));
+pub(super) fn interval(view: &str, what: &str, e: &Expr) -> Result<Duration> {
+    interval_value(e).map_err(|m| Error::spec(view, format!("{what} ({}): {m}", position(e))))
+}
+
+/// [`interval`]'s duration, or what is wrong with `e`.
+pub(super) fn interval_value(e: &Expr) -> std::result::Result<Duration, String> {
+    let bad = |m: &str| m.to_string();
     let Expr::Interval(iv) = e else {
         return Err(bad(&format!("`{e}` is not an INTERVAL")));
     };
@@ -324,7 +329,7 @@ fn interval(view: &str, what: &str, e: &Expr) -> Result<Duration> {
         .replace("milliseconds", "ms")
         .replace("millisecond", "ms");
     let d = humantime::parse_duration(&text)
-        .map_err(|err| bad(&format!("`{e}` is not a duration ({err})")))?;
+        .map_err(|err| format!("`{e}` is not a duration ({err})"))?;
     if d.is_zero() || d.subsec_nanos() % 1_000_000 != 0 {
         return Err(bad(&format!(
             "`{e}` must be a positive whole number of milliseconds"

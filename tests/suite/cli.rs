@@ -636,3 +636,102 @@ fn a_held_lease_is_taken_over_only_on_purpose() {
         help.stdout
     );
 }
+
+/// The same view as [`VIEW`] (event times in integer milliseconds, as the
+/// TOML run infers them from the CSV), written as a SQL DDL pipeline with a
+/// second view.
+const PIPELINE: &str = "
+CREATE SOURCE bids (auction BIGINT, price BIGINT, ts BIGINT,
+                    WATERMARK FOR ts AS ts - INTERVAL '2' SECOND);
+CREATE VIEW bids_per_auction WITH (output = 'append') AS
+  SELECT window_start, window_end, auction, COUNT(*) AS bids, SUM(price) AS volume
+  FROM TUMBLE(bids, ts, INTERVAL '10' SECOND) GROUP BY auction, window_start, window_end;
+CREATE VIEW top WITH (output = 'update') AS
+  SELECT auction, MAX(price) AS top FROM bids GROUP BY auction;
+";
+
+#[test]
+fn run_takes_a_sql_pipeline_and_equals_the_toml_view() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let view = write(dir.path(), "v.toml", VIEW);
+    let sql = write(dir.path(), "p.sql", PIPELINE);
+    let mut csv = String::from("auction,price,ts\n");
+    for i in 0..400i64 {
+        csv.push_str(&format!(
+            "{},{},{}\n",
+            i % 7,
+            i * 3 % 101,
+            1_000 + i * 137 - (i * 7919 % 1500)
+        ));
+    }
+    let input = write(dir.path(), "bids.csv", &csv);
+    let input_arg = format!("bids={}", input.display());
+    let (a, b) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
+    let view_s = view.display().to_string();
+    let sql_s = sql.display().to_string();
+    let (a_s, b_s) = (a.display().to_string(), b.display().to_string());
+    run_ok(&[
+        "run",
+        "--view",
+        &view_s,
+        "--input",
+        &input_arg,
+        "--rows-per-trigger",
+        "50",
+        "--output",
+        &a_s,
+    ]);
+    run_ok(&[
+        "run",
+        "--sql",
+        &sql_s,
+        "--view-name",
+        "bids_per_auction",
+        "--input",
+        &input_arg,
+        "--rows-per-trigger",
+        "50",
+        "--output",
+        &b_s,
+    ]);
+    assert!(rows(&a).len() > 10, "windows closed: {:?}", rows(&a));
+    assert_eq!(rows(&a), rows(&b));
+    // two views and no --view-name: refused, naming them
+    let out = thund()
+        .args([
+            "run", "--sql", &sql_s, "--input", &input_arg, "--output", &b_s,
+        ])
+        .output()
+        .expect("run thund");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("declares 2 views (bids_per_auction, top)") && err.contains("--view-name"),
+        "{err}"
+    );
+    // explain shows every view of the file, the windowed one with its per-window query
+    let shown = run_ok(&["explain", "--sql", &sql_s]);
+    assert!(
+        shown.contains("view: bids_per_auction") && shown.contains("view: top"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("per window: SELECT auction, COUNT(*) AS bids"),
+        "{shown}"
+    );
+    // a DDL error names the file, line and column
+    let bad = write(
+        dir.path(),
+        "bad.sql",
+        "CREATE SOURCE bids (ts TIMESTAMP);\nCREATE VIEW v AS SELECT 1 AS x FROM bids",
+    );
+    let out = thund()
+        .args(["explain", "--sql", &bad.display().to_string()])
+        .output()
+        .expect("run thund");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("bad.sql: invalid DDL at line 1, column 34"),
+        "{err}"
+    );
+}

@@ -2,7 +2,8 @@
 //! triggers, for every supported shape, all output modes and 1 or 2 workers,
 //! the differential-dataflow path emits what the recompute path emits (row
 //! for row at every trigger) and what the independent batch oracle computes; the dataflow frontier equals
-//! the watermark after every trigger.
+//! the watermark after every trigger. Each case runs a third time with the
+//! window written in SQL (`FROM HOP(t, ts, …)`): the rows are the same.
 
 use crate::common;
 
@@ -116,12 +117,82 @@ type Run = (Vec<String>, Vec<Vec<String>>, u64);
 
 /// Run through the engine on one path.
 fn run(c: &Case, exec: ExecMode) -> Result<Run, TestCaseError> {
-    let spec = ViewSpec::builder("v", c.sql)
-        .source("t", "ts", common::schema())
-        .window(WindowSpec::hopping(
+    run_spelled(c, exec, false)
+}
+
+/// `sql`, written with its window in SQL: every `FROM t` reads
+/// `HOP(t, ts, …)`, the top select list shows the bounds first (as the
+/// spec's rows carry them) and the top `GROUP BY` groups by them too.
+fn with_window_in_sql(sql: &str, win: common::Win) -> String {
+    let call = format!(
+        "HOP(t, ts, INTERVAL '{}' MILLISECOND, INTERVAL '{}' MILLISECOND)",
+        win.slide, win.size
+    );
+    let mut out = String::new();
+    let mut depth = 0i32;
+    let mut rest = sql;
+    let mut selected = false;
+    while !rest.is_empty() {
+        let top = depth == 0;
+        if let Some(r) = rest
+            .strip_prefix("FROM t ")
+            .or_else(|| (rest == "FROM t").then_some(""))
+        {
+            out.push_str(&format!("FROM {call} "));
+            rest = r;
+            continue;
+        }
+        if let Some(r) = rest.strip_prefix("FROM t)") {
+            out.push_str(&format!("FROM {call})"));
+            rest = r;
+            continue;
+        }
+        if top && !selected {
+            let head = ["SELECT DISTINCT ", "SELECT "]
+                .into_iter()
+                .find(|h| rest.starts_with(h));
+            if let Some(h) = head {
+                out.push_str(h);
+                out.push_str("window_start, window_end, ");
+                rest = &rest[h.len()..];
+                selected = true;
+                continue;
+            }
+        }
+        if top {
+            if let Some(r) = rest.strip_prefix("GROUP BY ") {
+                out.push_str("GROUP BY window_start, window_end, ");
+                rest = r;
+                continue;
+            }
+        }
+        let ch = rest.chars().next().expect("non-empty");
+        depth += match ch {
+            '(' => 1,
+            ')' => -1,
+            _ => 0,
+        };
+        out.push(ch);
+        rest = &rest[ch.len_utf8()..];
+    }
+    out
+}
+
+/// Run through the engine on one path, the window in the spec or (`in_sql`) in the SQL.
+fn run_spelled(c: &Case, exec: ExecMode, in_sql: bool) -> Result<Run, TestCaseError> {
+    let sql = if in_sql {
+        with_window_in_sql(c.sql, c.win)
+    } else {
+        c.sql.to_string()
+    };
+    let mut spec = ViewSpec::builder("v", &sql).source("t", "ts", common::schema());
+    if !in_sql {
+        spec = spec.window(WindowSpec::hopping(
             Duration::from_millis(c.win.size as u64),
             Duration::from_millis(c.win.slide as u64),
-        ))
+        ));
+    }
+    let spec = spec
         .allowed_lateness(Duration::from_millis(c.lateness as u64))
         .output(c.mode)
         .mode(exec)
@@ -178,6 +249,15 @@ fn law(c: &Case) -> Result<(), TestCaseError> {
     let (expected, late) = oracle(&triggers, &["t"], c.lateness, c.win, c.sql);
     let (inc, inc_rows, inc_late) = run(c, ExecMode::Auto)?;
     let (rec, rec_rows, rec_late) = run(c, ExecMode::Recompute)?;
+    // the same view with its window written in SQL (issue 11): the same rows
+    let (_, sql_rows, sql_late) = run_spelled(c, ExecMode::Auto, true)?;
+    prop_assert_eq!(
+        &sql_rows,
+        &inc_rows,
+        "window in SQL vs in the spec, per trigger: {}",
+        with_window_in_sql(c.sql, c.win)
+    );
+    prop_assert_eq!(sql_late, inc_late);
     // row for row, trigger by trigger: in Update mode only groups whose
     // projected row changed are emitted, on both paths
     prop_assert_eq!(

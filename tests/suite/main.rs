@@ -14,6 +14,7 @@ mod boundaries;
 mod checkpoint_misuse;
 mod cli;
 mod crash;
+mod ddl;
 mod hostile_input;
 mod incremental_state;
 mod late_and_idle;

@@ -1,0 +1,640 @@
+//! A whole pipeline as SQL DDL, in one text:
+//!
+//! ```sql
+//! CREATE SOURCE bids (auction BIGINT, bidder BIGINT, price BIGINT, ts TIMESTAMP,
+//!                     WATERMARK FOR ts AS ts - INTERVAL '4' SECOND) WITH (idle_timeout = '30s');
+//! CREATE VIEW hot_items WITH (output = 'append') AS
+//!   SELECT auction, window_start, window_end, COUNT(*) AS num
+//!   FROM HOP(bids, ts, INTERVAL '2' SECOND, INTERVAL '10' SECOND)
+//!   GROUP BY auction, window_start, window_end;
+//! ```
+//!
+//! * `CREATE SOURCE name (column TYPE [NOT NULL], …, WATERMARK FOR column
+//!   AS column [- INTERVAL …]) [WITH (idle_timeout = '…')]`: the column
+//!   types of a TOML `schema` (BIGINT, INT, DOUBLE, VARCHAR, BOOLEAN,
+//!   TIMESTAMP, DATE, DECIMAL(p,s), …); the watermark names the event-time
+//!   column, and the interval subtracted is the allowed lateness.
+//! * `CREATE VIEW name [WITH (output = 'append'|'update'|'complete', mode =
+//!   'auto'|'recompute')] AS query`: the view reads the declared sources its
+//!   query names, and takes their watermark (a view over sources with
+//!   different watermarks is refused); its window is declared in the query
+//!   (`TUMBLE`, `HOP`, `SESSION`, `date_bin`: see `window_sql`) or it has none.
+//!
+//! Errors name the statement (its number and first words) and the token
+//! where it went wrong, with line and column.
+
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use arrow::datatypes::{Field, Schema};
+use datafusion::sql::sqlparser::ast::{
+    visit_relations, Expr, FunctionArg, FunctionArgExpr, Statement, TableFactor,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
+
+use crate::error::{Error, Result};
+use crate::spec::{ExecMode, OutputMode, SourceSpec, ViewSpec, WatermarkSpec};
+
+/// What a DDL text declares.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    /// The sources, with their watermarks.
+    pub sources: Vec<(SourceSpec, WatermarkSpec)>,
+    /// The views, in the order declared.
+    pub views: Vec<ViewSpec>,
+}
+
+/// The error of a DDL text: which statement, which token, where.
+fn err(stmt: &Stmt<'_>, at: Location, message: impl std::fmt::Display) -> Error {
+    Error::Ddl {
+        statement: stmt.number,
+        line: at.line,
+        column: at.column,
+        message: format!(
+            "{message} (in statement {}: `{}`)",
+            stmt.number,
+            stmt.head()
+        ),
+    }
+}
+
+/// One statement's tokens (no whitespace), with the text they came from.
+struct Stmt<'a> {
+    number: usize,
+    tokens: Vec<TokenWithSpan>,
+    text: &'a str,
+    offsets: &'a Offsets,
+}
+
+impl Stmt<'_> {
+    /// The statement's first words, to name it.
+    fn head(&self) -> String {
+        let words: Vec<String> = self
+            .tokens
+            .iter()
+            .take(3)
+            .map(|t| t.token.to_string())
+            .collect();
+        words.join(" ")
+    }
+}
+
+/// Byte offsets of (line, column) locations in a text (1-based, columns in characters).
+struct Offsets {
+    lines: Vec<usize>,
+}
+
+impl Offsets {
+    fn new(text: &str) -> Self {
+        let mut lines = vec![0];
+        lines.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        Offsets { lines }
+    }
+
+    fn of(&self, text: &str, at: Location) -> usize {
+        let Some(&start) = (at.line as usize)
+            .checked_sub(1)
+            .and_then(|l| self.lines.get(l))
+        else {
+            return text.len();
+        };
+        let col = (at.column as usize).saturating_sub(1);
+        text[start..]
+            .char_indices()
+            .nth(col)
+            .map_or(text.len(), |(i, _)| start + i)
+    }
+}
+
+/// A cursor over a statement's tokens.
+struct Cursor<'s, 'a> {
+    stmt: &'s Stmt<'a>,
+    at: usize,
+}
+
+impl Cursor<'_, '_> {
+    fn peek(&self) -> Option<&TokenWithSpan> {
+        self.stmt.tokens.get(self.at)
+    }
+
+    fn here(&self) -> Location {
+        match self.peek() {
+            Some(t) => t.span.start,
+            None => self
+                .stmt
+                .tokens
+                .last()
+                .map_or(Location::new(1, 1), |t| t.span.end),
+        }
+    }
+
+    fn fail<T>(&self, m: impl std::fmt::Display) -> Result<T> {
+        Err(err(self.stmt, self.here(), m))
+    }
+
+    fn next(&mut self) -> Option<&TokenWithSpan> {
+        let t = self.stmt.tokens.get(self.at);
+        self.at += usize::from(t.is_some());
+        t
+    }
+
+    /// The next token if it is the keyword `kw` (any case).
+    fn keyword(&mut self, kw: &str) -> bool {
+        match self.peek() {
+            Some(TokenWithSpan {
+                token: Token::Word(w),
+                ..
+            }) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(kw) => {
+                self.at += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn expect_keyword(&mut self, kw: &str, what: &str) -> Result<()> {
+        if self.keyword(kw) {
+            return Ok(());
+        }
+        let found = self.describe();
+        self.fail(format!("expected {what} `{kw}`, found {found}"))
+    }
+
+    fn expect(&mut self, t: Token, what: &str) -> Result<()> {
+        if self.peek().is_some_and(|x| x.token == t) {
+            self.at += 1;
+            return Ok(());
+        }
+        let found = self.describe();
+        self.fail(format!("expected {what}, found {found}"))
+    }
+
+    fn describe(&self) -> String {
+        match self.peek() {
+            Some(t) => format!("`{}`", t.token),
+            None => "the end of the statement".to_string(),
+        }
+    }
+
+    /// A name (identifier).
+    fn name(&mut self, what: &str) -> Result<String> {
+        match self.peek() {
+            Some(TokenWithSpan {
+                token: Token::Word(w),
+                ..
+            }) => {
+                let v = w.value.clone();
+                self.at += 1;
+                Ok(v)
+            }
+            _ => {
+                let found = self.describe();
+                self.fail(format!("expected {what}, found {found}"))
+            }
+        }
+    }
+
+    /// The tokens up to the `)` that closes the one just read, split at
+    /// top-level commas.
+    fn parenthesized(&mut self) -> Result<Vec<Vec<TokenWithSpan>>> {
+        let mut parts = vec![Vec::new()];
+        let mut depth = 0usize;
+        loop {
+            let Some(t) = self.next().cloned() else {
+                return self.fail("expected `)`, found the end of the statement");
+            };
+            match t.token {
+                Token::RParen if depth == 0 => return Ok(parts),
+                Token::Comma if depth == 0 => {
+                    parts.push(Vec::new());
+                    continue;
+                }
+                Token::LParen => depth += 1,
+                Token::RParen => depth -= 1,
+                _ => {}
+            }
+            if let Some(p) = parts.last_mut() {
+                p.push(t);
+            }
+        }
+    }
+
+    /// `WITH (key = 'value', …)`, if present: the pairs with where each key is.
+    fn options(&mut self) -> Result<Vec<(String, String, Location)>> {
+        if !self.keyword("WITH") {
+            return Ok(Vec::new());
+        }
+        self.expect(Token::LParen, "`(` after WITH")?;
+        let mut out = Vec::new();
+        for part in self.parenthesized()? {
+            let at = part.first().map_or(self.here(), |t| t.span.start);
+            let pair = match part.as_slice() {
+                [TokenWithSpan {
+                    token: Token::Word(k),
+                    ..
+                }, TokenWithSpan {
+                    token: Token::Eq, ..
+                }, v] => match &v.token {
+                    Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => {
+                        Some((k.value.to_ascii_lowercase(), s.clone()))
+                    }
+                    Token::Number(n, _) => Some((k.value.to_ascii_lowercase(), n.clone())),
+                    Token::Word(w) => Some((k.value.to_ascii_lowercase(), w.value.clone())),
+                    _ => None,
+                },
+                _ => None,
+            };
+            match pair {
+                Some((k, v)) => out.push((k, v, at)),
+                None => return Err(err(self.stmt, at, "expected `key = 'value'` in WITH (…)")),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The text of tokens `ts` as written.
+fn text_of(stmt: &Stmt<'_>, ts: &[TokenWithSpan]) -> String {
+    match (ts.first(), ts.last()) {
+        (Some(a), Some(b)) => {
+            let from = stmt.offsets.of(stmt.text, a.span.start);
+            let to = stmt.offsets.of(stmt.text, b.span.end);
+            stmt.text
+                .get(from..to.max(from))
+                .unwrap_or_default()
+                .to_string()
+        }
+        _ => String::new(),
+    }
+}
+
+/// A duration option or interval text (`'30s'`, `'4' SECOND` is handled by the watermark).
+fn duration(stmt: &Stmt<'_>, at: Location, what: &str, v: &str) -> Result<Duration> {
+    humantime::parse_duration(v.trim())
+        .map_err(|e| err(stmt, at, format!("{what} `{v}` is not a duration ({e})")))
+}
+
+/// `WATERMARK FOR col AS col [- INTERVAL '…' UNIT]`: the column and the lateness.
+fn watermark(stmt: &Stmt<'_>, part: &[TokenWithSpan]) -> Result<(String, Duration)> {
+    let words: Vec<&TokenWithSpan> = part.iter().collect();
+    let bad = |i: usize, m: &str| {
+        let at = words.get(i).map_or(part[0].span.end, |t| t.span.start);
+        err(
+            stmt,
+            at,
+            format!("{m}: expected `WATERMARK FOR column AS column [- INTERVAL '…' UNIT]`"),
+        )
+    };
+    let word = |i: usize| match words.get(i).map(|t| &t.token) {
+        Some(Token::Word(w)) => Some(w.value.clone()),
+        _ => None,
+    };
+    if !word(1).is_some_and(|w| w.eq_ignore_ascii_case("FOR")) {
+        return Err(bad(1, "`FOR` missing"));
+    }
+    let col = word(2).ok_or_else(|| bad(2, "the event-time column is missing"))?;
+    if !word(3).is_some_and(|w| w.eq_ignore_ascii_case("AS")) {
+        return Err(bad(3, "`AS` missing"));
+    }
+    let again = word(4).ok_or_else(|| bad(4, "the column is missing after AS"))?;
+    if !again.eq_ignore_ascii_case(&col) {
+        return Err(bad(
+            4,
+            &format!("the watermark of `{col}` must be `{col}` or `{col} - INTERVAL …`, not of `{again}`"),
+        ));
+    }
+    if words.len() == 5 {
+        return Ok((col, Duration::ZERO));
+    }
+    if words.get(5).map(|t| &t.token) != Some(&Token::Minus) {
+        return Err(bad(5, "only an interval may be subtracted"));
+    }
+    // the interval, parsed as SQL
+    let text = text_of(stmt, &part[6..]);
+    let e = Parser::new(&GenericDialect {})
+        .try_with_sql(&text)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| bad(6, &format!("`{text}` is not an interval ({e})")))?;
+    let d = super::window_sql::interval_value(&e).map_err(|m| {
+        err(
+            stmt,
+            part[6].span.start,
+            format!("the watermark's interval: {m}"),
+        )
+    })?;
+    Ok((col, d))
+}
+
+/// `CREATE SOURCE …` after its name.
+fn source(c: &mut Cursor<'_, '_>, name: String) -> Result<(SourceSpec, WatermarkSpec)> {
+    let stmt = c.stmt;
+    c.expect(Token::LParen, "`(` and the source's columns")?;
+    let parts = c.parenthesized()?;
+    let mut fields: Vec<Field> = Vec::new();
+    let mut wm: Option<(String, Duration, Location)> = None;
+    for part in &parts {
+        let Some(first) = part.first() else {
+            return c.fail("an empty column definition");
+        };
+        let is_wm = matches!(&first.token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("WATERMARK"));
+        if is_wm {
+            if wm.is_some() {
+                return Err(err(
+                    stmt,
+                    first.span.start,
+                    "a second WATERMARK: a source has one event time",
+                ));
+            }
+            let (col, d) = watermark(stmt, part)?;
+            wm = Some((col, d, first.span.start));
+            continue;
+        }
+        let mut text = text_of(stmt, part);
+        let mut nullable = true;
+        let upper = text.to_ascii_uppercase();
+        if let Some(stripped) = upper.trim_end().strip_suffix("NOT NULL") {
+            text.truncate(stripped.trim_end().len());
+            nullable = false;
+        }
+        let schema = super::schema::parse_schema(&text)
+            .map_err(|m| err(stmt, first.span.start, format!("column `{text}`: {m}")))?;
+        for f in schema.fields() {
+            if fields
+                .iter()
+                .any(|g| g.name().eq_ignore_ascii_case(f.name()))
+            {
+                return Err(err(
+                    stmt,
+                    first.span.start,
+                    format!("column `{}` is declared twice", f.name()),
+                ));
+            }
+            fields.push(f.as_ref().clone().with_nullable(nullable));
+        }
+    }
+    let Some((event_time, lateness, at)) = wm else {
+        return c.fail(format!(
+            "source `{name}` declares no event time: add `WATERMARK FOR column AS column - INTERVAL …` to its columns"
+        ));
+    };
+    if !fields
+        .iter()
+        .any(|f| f.name().eq_ignore_ascii_case(&event_time))
+    {
+        return Err(err(
+            stmt,
+            at,
+            format!("WATERMARK FOR `{event_time}`: source `{name}` has no such column"),
+        ));
+    }
+    let mut mark = WatermarkSpec {
+        allowed_lateness: lateness,
+        ..WatermarkSpec::default()
+    };
+    for (k, v, at) in c.options()? {
+        match k.as_str() {
+            "idle_timeout" => mark.idle_timeout = duration(stmt, at, "idle_timeout", &v)?,
+            other => {
+                return Err(err(
+                    stmt,
+                    at,
+                    format!("unknown source option `{other}` (known: idle_timeout)"),
+                ))
+            }
+        }
+    }
+    if c.peek().is_some() {
+        let found = c.describe();
+        return c.fail(format!("expected the end of the statement, found {found}"));
+    }
+    let schema = std::sync::Arc::new(Schema::new(fields));
+    Ok((SourceSpec::new(&name, &event_time, schema), mark))
+}
+
+/// The tables a query reads (window functions read their first argument).
+fn tables_read(query: &str) -> HashSet<String> {
+    let mut out = HashSet::new();
+    let Ok(stmts) = Parser::parse_sql(&GenericDialect {}, query) else {
+        return out;
+    };
+    let _ = visit_relations(&stmts, |r| {
+        out.insert(r.to_string().to_ascii_lowercase());
+        ControlFlow::<()>::Continue(())
+    });
+    // `TUMBLE(bids, …)`: the relation is the function, its first argument the source
+    let _ = datafusion::sql::sqlparser::ast::visit_statements(&stmts, |s: &Statement| {
+        collect_function_sources(s, &mut out);
+        ControlFlow::<()>::Continue(())
+    });
+    out
+}
+
+fn collect_function_sources(s: &Statement, out: &mut HashSet<String>) {
+    use datafusion::sql::sqlparser::ast::Visit;
+    struct V<'a>(&'a mut HashSet<String>);
+    impl datafusion::sql::sqlparser::ast::Visitor for V<'_> {
+        type Break = ();
+        fn pre_visit_table_factor(&mut self, t: &TableFactor) -> ControlFlow<()> {
+            if let TableFactor::Table {
+                args: Some(args), ..
+            } = t
+            {
+                if let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(i)))) =
+                    args.args.first()
+                {
+                    self.0.insert(i.value.to_ascii_lowercase());
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = s.visit(&mut V(out));
+}
+
+/// `CREATE VIEW …` after its name.
+fn view(
+    c: &mut Cursor<'_, '_>,
+    name: String,
+    sources: &[(SourceSpec, WatermarkSpec)],
+) -> Result<ViewSpec> {
+    let stmt = c.stmt;
+    let mut output = OutputMode::Append;
+    let mut mode = ExecMode::Auto;
+    for (k, v, at) in c.options()? {
+        match k.as_str() {
+            "output" => {
+                output = match v.to_ascii_lowercase().as_str() {
+                    "append" => OutputMode::Append,
+                    "update" => OutputMode::Update,
+                    "complete" => OutputMode::Complete,
+                    _ => {
+                        return Err(err(
+                            stmt,
+                            at,
+                            format!("output `{v}`: expected append, update or complete"),
+                        ))
+                    }
+                }
+            }
+            "mode" => {
+                mode = match v.to_ascii_lowercase().as_str() {
+                    "auto" => ExecMode::Auto,
+                    "recompute" => ExecMode::Recompute,
+                    _ => {
+                        return Err(err(
+                            stmt,
+                            at,
+                            format!("mode `{v}`: expected auto or recompute"),
+                        ))
+                    }
+                }
+            }
+            other => {
+                return Err(err(
+                    stmt,
+                    at,
+                    format!("unknown view option `{other}` (known: output, mode)"),
+                ))
+            }
+        }
+    }
+    c.expect_keyword("AS", "the query after")?;
+    let at = c.here();
+    let sql = text_of(stmt, &stmt.tokens[c.at..]);
+    if sql.trim().is_empty() {
+        return c.fail("the view has no query after AS");
+    }
+    let read = tables_read(&sql);
+    let mine: Vec<&(SourceSpec, WatermarkSpec)> = sources
+        .iter()
+        .filter(|(s, _)| read.contains(&s.name.to_ascii_lowercase()))
+        .collect();
+    let Some((_, mark)) = mine.first() else {
+        return Err(err(
+            stmt,
+            at,
+            format!(
+                "view `{name}` reads no declared source (declared: {})",
+                sources
+                    .iter()
+                    .map(|(s, _)| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    };
+    if let Some((s, _)) = mine.iter().find(|(_, m)| m != mark) {
+        return Err(err(
+            stmt,
+            at,
+            format!(
+                "view `{name}` reads `{}` and `{}`, whose watermarks differ: a view has one \
+                 allowed lateness and idle timeout",
+                mine[0].0.name, s.name
+            ),
+        ));
+    }
+    let mut b = ViewSpec::builder(&name, sql.trim())
+        .allowed_lateness(mark.allowed_lateness)
+        .idle_timeout(mark.idle_timeout)
+        .output(output)
+        .mode(mode);
+    for (s, _) in &mine {
+        b = b.source(
+            &s.name,
+            &s.event_time,
+            s.schema
+                .clone()
+                .unwrap_or_else(|| std::sync::Arc::new(Schema::empty())),
+        );
+    }
+    b.build().map_err(|e| err(stmt, at, e))
+}
+
+/// Parse a DDL text (see the module).
+pub fn parse(text: &str) -> Result<Pipeline> {
+    let tokens = Tokenizer::new(&GenericDialect {}, text)
+        .with_unescape(true)
+        .tokenize_with_location()
+        .map_err(|e| Error::Ddl {
+            statement: 0,
+            line: e.location.line,
+            column: e.location.column,
+            message: e.message.clone(),
+        })?;
+    let offsets = Offsets::new(text);
+    let mut stmts: Vec<Vec<TokenWithSpan>> = vec![Vec::new()];
+    let mut depth = 0i64;
+    for t in tokens {
+        match &t.token {
+            Token::Whitespace(_) => continue,
+            Token::SemiColon if depth == 0 => {
+                stmts.push(Vec::new());
+                continue;
+            }
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ => {}
+        }
+        if let Some(s) = stmts.last_mut() {
+            s.push(t);
+        }
+    }
+    let mut p = Pipeline {
+        sources: Vec::new(),
+        views: Vec::new(),
+    };
+    for (i, tokens) in stmts.into_iter().filter(|s| !s.is_empty()).enumerate() {
+        let stmt = Stmt {
+            number: i + 1,
+            tokens,
+            text,
+            offsets: &offsets,
+        };
+        let mut c = Cursor { stmt: &stmt, at: 0 };
+        c.expect_keyword("CREATE", "a statement starting with")?;
+        if c.keyword("SOURCE") {
+            let name = c.name("the source's name")?;
+            if p.sources
+                .iter()
+                .any(|(s, _)| s.name.eq_ignore_ascii_case(&name))
+            {
+                return Err(err(
+                    &stmt,
+                    stmt.tokens[2].span.start,
+                    format!("source `{name}` is declared twice"),
+                ));
+            }
+            let s = source(&mut c, name)?;
+            p.sources.push(s);
+        } else if c.keyword("VIEW") {
+            let name = c.name("the view's name")?;
+            if p.views.iter().any(|v| v.name.eq_ignore_ascii_case(&name)) {
+                return Err(err(
+                    &stmt,
+                    stmt.tokens[2].span.start,
+                    format!("view `{name}` is declared twice"),
+                ));
+            }
+            let v = view(&mut c, name, &p.sources)?;
+            p.views.push(v);
+        } else {
+            let found = c.describe();
+            return c.fail(format!(
+                "expected `SOURCE` or `VIEW` after CREATE, found {found}"
+            ));
+        }
+    }
+    if p.views.is_empty() {
+        return Err(Error::Ddl {
+            statement: 0,
+            line: 1,
+            column: 1,
+            message: "the text declares no view (CREATE VIEW name AS …)".into(),
+        });
+    }
+    Ok(p)
+}
