@@ -283,7 +283,7 @@ impl CompiledAggregate {
 /// (see `plan::post`): a plan over `table`, which holds a window's groups.
 pub(crate) struct PostPlan {
     pub rest: datafusion::logical_expr::LogicalPlan,
-    pub table: Arc<datafusion::datasource::MemTable>,
+    pub table: Arc<crate::paths::sql::live::LiveTable>,
     /// A top-rows query: `table` holds rows, not groups; each of its columns
     /// is this group key (`None`: a column never read, filled with a
     /// default), and each group is repeated as often as its count says.

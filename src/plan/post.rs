@@ -16,7 +16,9 @@ use std::sync::Arc;
 use arrow::datatypes::{Field, Schema};
 use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
 use datafusion::common::Column;
-use datafusion::datasource::{provider_as_source, MemTable};
+use datafusion::datasource::provider_as_source;
+
+use crate::paths::sql::live::LiveTable;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
 
 /// The name of the table that holds a window's groups.
@@ -29,7 +31,7 @@ pub(crate) struct Split {
     /// The rest of the query, reading the groups from `table`.
     pub rest: LogicalPlan,
     /// The table of a window's groups (the aggregate's output schema).
-    pub table: Arc<MemTable>,
+    pub table: Arc<LiveTable>,
 }
 
 /// Whether `p` reads the source directly: filters and aliases over a scan.
@@ -90,7 +92,7 @@ pub(super) fn read_from_table(
     plan: &LogicalPlan,
     node: &LogicalPlan,
     name: &str,
-) -> Option<(Arc<MemTable>, LogicalPlan)> {
+) -> Option<(Arc<LiveTable>, LogicalPlan)> {
     let df_schema = node.schema().clone();
     let fields: Vec<Field> = df_schema
         .fields()
@@ -98,7 +100,7 @@ pub(super) fn read_from_table(
         .enumerate()
         .map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable()))
         .collect();
-    let table = Arc::new(MemTable::try_new(Arc::new(Schema::new(fields)), vec![vec![]]).ok()?);
+    let table = Arc::new(LiveTable::new(Arc::new(Schema::new(fields))));
     let exprs: Vec<Expr> = df_schema
         .iter()
         .enumerate()

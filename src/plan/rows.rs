@@ -21,7 +21,6 @@ use std::sync::Arc;
 use arrow::datatypes::DataType;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, ScalarValue};
-use datafusion::datasource::MemTable;
 use datafusion::functions_aggregate::count::count_all;
 use datafusion::logical_expr::expr::{Sort, WindowFunctionDefinition};
 use datafusion::logical_expr::{
@@ -45,7 +44,7 @@ pub(crate) struct TopRows {
     /// The query, reading the rows from `table`.
     pub rest: LogicalPlan,
     /// The table of a window's candidates (the source rows' schema).
-    pub table: Arc<MemTable>,
+    pub table: Arc<crate::paths::sql::live::LiveTable>,
     /// For each column of `table`, the aggregate's group key that holds it
     /// (`None`: a column the query never reads, filled with a default).
     pub columns: Vec<Option<usize>>,

@@ -15,13 +15,14 @@ use arrow::array::{new_null_array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::take;
 use arrow::datatypes::{Int64Type, SchemaRef};
 use datafusion::common::ScalarValue;
-use datafusion::datasource::{MemTable, TableProvider};
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::datasource::TableProvider;
+use datafusion::physical_plan::ExecutionPlan;
 use thund_dataflows::{Step, Update};
 
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::changes::changed_rows;
+use crate::paths::sql::live::LiveTable;
 use crate::paths::sql::{checked, SqlEvaluator};
 use crate::paths::{with_bounds, StepOutput};
 use crate::plan::PostPlan;
@@ -31,9 +32,10 @@ use crate::window::Window;
 /// The rest of a query and what evaluates it.
 pub(super) struct PostRun {
     eval: SqlEvaluator,
-    /// The rest of the query over `table`, with Þund's arithmetic, optimized.
-    rest: LogicalPlan,
-    table: Arc<MemTable>,
+    /// The rest of the query over `table`, with Þund's arithmetic,
+    /// optimized and physically planned once: each window only runs it.
+    rest: Arc<dyn ExecutionPlan>,
+    table: Arc<LiveTable>,
     /// A top-rows query: the table's columns from the candidates' keys.
     expand: Option<Vec<Option<usize>>>,
     /// Update mode: what each open window's result was at its last change.
@@ -43,8 +45,8 @@ pub(super) struct PostRun {
 impl PostRun {
     pub fn new(view: &str, plan: &PostPlan, eval: SqlEvaluator) -> Result<Self> {
         let rest = checked::rewrite(plan.rest.clone()).map_err(|e| Error::eval(view, e))?;
-        // optimized once: per window, only physical planning
-        let rest = eval.optimize(&rest)?;
+        // planned once: per window, only a run
+        let rest = eval.prepare(&eval.optimize(&rest)?)?;
         Ok(PostRun {
             eval,
             rest,
@@ -92,7 +94,7 @@ impl IncrementalView {
             Some(columns) => self.expand(&agg, columns, &post.table.schema())?,
         };
         let rows = RecordBatch::try_new(post.table.schema(), cols)?;
-        post.eval.eval_optimized(
+        post.eval.run_prepared(
             &post.rest,
             &[post.table.as_ref()],
             vec![vec![rows]],

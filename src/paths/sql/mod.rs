@@ -4,6 +4,7 @@
 //! executes follows Þund's arithmetic ([`checked`]), not DataFusion's.
 
 pub(crate) mod checked;
+pub(crate) mod live;
 
 use std::sync::Arc;
 
@@ -13,6 +14,8 @@ use arrow::datatypes::{Schema, SchemaRef};
 use datafusion::datasource::MemTable;
 use datafusion::execution::context::SQLOptions;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::execution_plan::reset_plan_states;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use super::SourceInfo;
@@ -107,12 +110,12 @@ impl SqlEvaluator {
     /// `window` (which an overflow error names).
     pub fn eval(&self, rows: Vec<Vec<RecordBatch>>, window: Option<Window>) -> Result<RecordBatch> {
         let tables: Vec<&MemTable> = self.tables.iter().map(|t| t.as_ref()).collect();
-        self.run(&self.exec, false, &tables, rows, window)
+        self.run(&self.exec, &tables, rows, window)
     }
 
     /// `plan` (made in this evaluator's session, with Þund's arithmetic: see
     /// [`checked::rewrite`]) through DataFusion's analyzer and optimizer, once,
-    /// for [`Self::eval_optimized`].
+    /// for [`Self::prepare`].
     pub fn optimize(&self, plan: &LogicalPlan) -> Result<LogicalPlan> {
         self.ctx
             .state()
@@ -120,41 +123,58 @@ impl SqlEvaluator {
             .map_err(|e| Error::eval(&self.view, e))
     }
 
-    /// Run an [`Self::optimize`]d `plan` with `rows[i]` as the contents of
-    /// `tables[i]` (only physical planning per run); its output has the
+    /// An [`Self::optimize`]d `plan` over [`live::LiveTable`]s, physically
+    /// planned once for [`Self::run_prepared`]. Planned without dynamic
+    /// filters: they are state a run would leave behind for the next one.
+    pub fn prepare(&self, plan: &LogicalPlan) -> Result<Arc<dyn ExecutionPlan>> {
+        let mut state = self.ctx.state();
+        let o = &mut state.config_mut().options_mut().optimizer;
+        o.enable_dynamic_filter_pushdown = false;
+        o.enable_topk_dynamic_filter_pushdown = false;
+        o.enable_join_dynamic_filter_pushdown = false;
+        o.enable_aggregate_dynamic_filter_pushdown = false;
+        self.rt
+            .block_on(state.query_planner().create_physical_plan(plan, &state))
+            .map_err(|e| Error::eval(&self.view, e))
+    }
+
+    /// Run a [`Self::prepare`]d plan with `rows[i]` as the contents of
+    /// `tables[i]` (its operators' state reset first); its output has the
     /// query's schema.
-    pub fn eval_optimized(
+    pub fn run_prepared(
         &self,
-        plan: &LogicalPlan,
-        tables: &[&MemTable],
+        exec: &Arc<dyn ExecutionPlan>,
+        tables: &[&live::LiveTable],
         rows: Vec<Vec<RecordBatch>>,
         window: Option<Window>,
     ) -> Result<RecordBatch> {
-        self.run(plan, true, tables, rows, window)
+        for (t, r) in tables.iter().zip(rows) {
+            t.set(r);
+        }
+        let out = reset_plan_states(exec.clone()).and_then(|exec| {
+            self.rt.block_on(datafusion::physical_plan::collect(
+                exec,
+                self.ctx.task_ctx(),
+            ))
+        });
+        for t in tables {
+            t.set(Vec::new());
+        }
+        self.collected(out, window)
     }
 
     fn run(
         &self,
         plan: &LogicalPlan,
-        optimized: bool,
         tables: &[&MemTable],
         rows: Vec<Vec<RecordBatch>>,
         window: Option<Window>,
     ) -> Result<RecordBatch> {
-        let view = &self.view;
         let batches = self.rt.block_on(async {
             for (t, r) in tables.iter().zip(rows) {
                 *t.batches[0].write().await = r;
             }
             let out = async {
-                if optimized {
-                    let state = self.ctx.state();
-                    let exec = state
-                        .query_planner()
-                        .create_physical_plan(plan, &state)
-                        .await?;
-                    return datafusion::physical_plan::collect(exec, state.task_ctx()).await;
-                }
                 let df = self.ctx.execute_logical_plan(plan.clone()).await?;
                 df.collect().await
             }
@@ -164,6 +184,17 @@ impl SqlEvaluator {
             }
             out
         });
+        self.collected(batches, window)
+    }
+
+    /// A run's batches as one batch of the query's schema, or its error
+    /// (an overflow names the window).
+    fn collected(
+        &self,
+        batches: datafusion::error::Result<Vec<RecordBatch>>,
+        window: Option<Window>,
+    ) -> Result<RecordBatch> {
+        let view = &self.view;
         let batches = batches.map_err(|e| match checked::overflow(&e) {
             Some(o) => Error::Overflow {
                 view: view.clone(),
