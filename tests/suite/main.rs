@@ -21,6 +21,7 @@ mod late_and_idle;
 mod law_incremental;
 mod law_recompute;
 mod law_special_values;
+mod nexmark;
 mod ordered_types;
 mod recovery;
 mod routing;

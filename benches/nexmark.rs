@@ -1,0 +1,172 @@
+//! Nexmark, the way streaming engines publish it: the `nexmark` crate's
+//! event stream (persons, auctions, bids; fixed seed), pre-generated into
+//! Arrow batches before timing, through each query of `benches/nexmark/`.
+//!
+//! ```text
+//! cargo bench --bench nexmark -- [--query q5[,q7…]] [--path incremental|recompute|both]
+//!     [--workers 1[,2]] [--events N] [--rows-per-trigger N] [--check-events N]
+//! ```
+//!
+//! Defaults: every query, both paths, 1 and 2 workers, 1 000 000 events
+//! (10 000 per second of event time, the generator's rate: 100 s), 10 000
+//! events per trigger. Before timing, each query's incremental and
+//! recompute outputs are compared trigger by trigger on the first
+//! `--check-events` events (default 20 000): a disagreement stops the bench.
+//! Per run it prints the path (with the reason for recompute), events/s per
+//! core (events over the run's wall time, divided by the workers), and p50
+//! and p99 of the time per trigger (push + trigger); then each query's
+//! incremental / recompute ratio at 1 worker.
+
+#![allow(missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use thund::ExecMode;
+
+#[path = "../tests/suite/common/nexmark.rs"]
+mod nexmark_data;
+use nexmark_data as data;
+
+fn canon(batches: &[arrow::array::RecordBatch]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for b in batches {
+        let opts = arrow::util::display::FormatOptions::default();
+        let fs: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &opts).expect("fmt"))
+            .collect();
+        for r in 0..b.num_rows() {
+            out.push(
+                fs.iter()
+                    .map(|f| f.value(r).to_string())
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            );
+        }
+    }
+    out.sort();
+    out
+}
+
+struct Args {
+    queries: Vec<String>,
+    paths: Vec<ExecMode>,
+    workers: Vec<usize>,
+    events: usize,
+    per: usize,
+    check: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        queries: data::QUERIES.iter().map(|s| s.to_string()).collect(),
+        paths: vec![ExecMode::Auto, ExecMode::Recompute],
+        workers: vec![1, 2],
+        events: 1_000_000,
+        per: 10_000,
+        check: 20_000,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        let count = |v: String| -> usize { v.parse().unwrap_or_else(|e| panic!("{v}: {e}")) };
+        match flag.as_str() {
+            "--bench" => {}
+            "--query" => a.queries = value().split(',').map(str::to_string).collect(),
+            "--path" => {
+                a.paths = match value().as_str() {
+                    "incremental" => vec![ExecMode::Auto],
+                    "recompute" => vec![ExecMode::Recompute],
+                    "both" => vec![ExecMode::Auto, ExecMode::Recompute],
+                    other => panic!("--path {other}: incremental, recompute or both"),
+                }
+            }
+            "--workers" => a.workers = value().split(',').map(|w| count(w.to_string())).collect(),
+            "--events" => a.events = count(value()),
+            "--rows-per-trigger" => a.per = count(value()).max(1),
+            "--check-events" => a.check = count(value()),
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    a
+}
+
+/// Both paths agree on `triggers`, trigger by trigger.
+fn check(q: &str, triggers: &[data::Trigger]) {
+    let (mut inc, view, sources) = data::engine(q, ExecMode::Auto, 1);
+    let (mut rec, _, _) = data::engine(q, ExecMode::Recompute, 1);
+    for (i, t) in triggers.iter().enumerate() {
+        let a = data::step(&mut inc, t, &sources);
+        let b = data::step(&mut rec, t, &sources);
+        assert_eq!(
+            canon(&a.view(&view).expect("v").output),
+            canon(&b.view(&view).expect("v").output),
+            "{q}: the paths disagree at trigger {i}"
+        );
+    }
+}
+
+fn pct(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    v[((v.len() - 1) as f64 * p) as usize]
+}
+
+fn main() {
+    let a = args();
+    println!(
+        "Nexmark: {} events, {} events per trigger, checked on the first {} events",
+        a.events, a.per, a.check
+    );
+    let check_triggers = data::triggers(a.check, 10_000, a.per);
+    let triggers = data::triggers(a.events, 10_000, a.per);
+    println!(
+        "| query | path | workers | events/s per core | p50 per trigger | p99 | why recompute |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let mut ratios = Vec::new();
+    for q in &a.queries {
+        check(q, &check_triggers);
+        let mut at_one: [Option<f64>; 2] = [None, None];
+        for &mode in &a.paths {
+            for &w in &a.workers {
+                let (mut e, view, sources) = data::engine(q, mode, w);
+                let plan = e.plan(&view).expect("plan").clone();
+                let mut lat = Vec::with_capacity(triggers.len());
+                let start = Instant::now();
+                for t in &triggers {
+                    let s = Instant::now();
+                    data::step(&mut e, t, &sources);
+                    lat.push(s.elapsed());
+                }
+                e.finish().expect("finish");
+                let secs = start.elapsed().as_secs_f64();
+                let per_core = a.events as f64 / secs / w as f64;
+                if w == 1 {
+                    at_one[usize::from(mode == ExecMode::Recompute)] = Some(per_core);
+                }
+                println!(
+                    "| {q} | {} | {w} | {:.0} | {:.2?} | {:.2?} | {} |",
+                    if mode == ExecMode::Recompute {
+                        "recompute (forced)".to_string()
+                    } else {
+                        plan.path().to_string()
+                    },
+                    per_core,
+                    pct(&mut lat, 0.5),
+                    pct(&mut lat, 0.99),
+                    plan.reason().map(|r| r.to_string()).unwrap_or_default()
+                );
+            }
+        }
+        if let [Some(i), Some(r)] = at_one {
+            ratios.push(format!("{q} {:.2}x", i / r));
+        }
+    }
+    if !ratios.is_empty() {
+        println!(
+            "auto / forced recompute, events/s at 1 worker: {}",
+            ratios.join(", ")
+        );
+    }
+}

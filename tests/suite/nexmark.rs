@@ -1,0 +1,67 @@
+//! Every Nexmark query of `benches/nexmark/` on a small generated stream:
+//! the path it takes (incremental, or recompute with its reason), and the
+//! same rows on both paths, trigger by trigger, with 1 and 2 workers.
+
+use crate::common::{canon, nexmark};
+
+use thund::{ExecMode, FallbackReason as Why, PathKind};
+
+/// Each query's path on `auto`: `None` = incremental.
+fn expected(q: &str) -> Option<Why> {
+    match q {
+        "q0" | "q1" | "q2" => Some(Why::NoAggregate),
+        "q4" | "q8" => Some(Why::SeveralSources),
+        "q15" => Some(Why::DistinctArguments {
+            args: vec!["bid.bidder".into(), "bid.auction".into()],
+        }),
+        "q16" => Some(Why::DistinctArguments {
+            args: vec!["bid.bidder".into(), "bid.auction".into()],
+        }),
+        _ => None,
+    }
+}
+
+#[test]
+fn every_query_takes_its_path_and_agrees_with_recompute() {
+    // 24 s of event time: 10 s windows close mid-stream, hopping ones every 2 s
+    let triggers = nexmark::triggers(6_000, 250, 300);
+    for q in nexmark::QUERIES {
+        for workers in [1, 2] {
+            let (mut inc, view, sources) = nexmark::engine(q, ExecMode::Auto, workers);
+            let plan = inc.plan(&view).expect("plan").clone();
+            let want = expected(q);
+            assert_eq!(plan.reason(), want.as_ref(), "{q}: {plan}");
+            let path = if want.is_some() {
+                PathKind::Recompute
+            } else {
+                PathKind::Incremental
+            };
+            assert_eq!(plan.path(), path, "{q}");
+            let (mut rec, _, _) = nexmark::engine(q, ExecMode::Recompute, workers);
+            let (mut rows, mut before_finish) = (0, 0);
+            for (i, t) in triggers.iter().enumerate() {
+                let a = nexmark::step(&mut inc, t, &sources);
+                let b = nexmark::step(&mut rec, t, &sources);
+                let (a, b) = (
+                    &a.view(&view).expect("v").output,
+                    &b.view(&view).expect("v").output,
+                );
+                assert_eq!(canon(a), canon(b), "{q}, {workers} workers, trigger {i}");
+                rows += canon(a).len();
+            }
+            before_finish = before_finish.max(rows);
+            let (a, b) = (inc.finish().expect("finish"), rec.finish().expect("finish"));
+            let (a, b) = (
+                &a.view(&view).expect("v").output,
+                &b.view(&view).expect("v").output,
+            );
+            assert_eq!(canon(a), canon(b), "{q}, {workers} workers, at finish");
+            rows += canon(a).len();
+            assert!(rows > 0, "{q} emitted nothing over the stream");
+            // all but the daily windows close before the end of the stream
+            if !matches!(*q, "q15" | "q16" | "q17") {
+                assert!(before_finish > 0, "{q} emitted nothing before finish");
+            }
+        }
+    }
+}
