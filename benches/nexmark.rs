@@ -5,7 +5,13 @@
 //! ```text
 //! cargo bench --bench nexmark -- [--query q5[,q7…]] [--path incremental|recompute|both]
 //!     [--workers 1[,2]] [--events N] [--rows-per-trigger N] [--check-events N]
+//!     [--output update|append]
 //! ```
+//!
+//! Update mode is the default: every trigger emits the windows' changed rows,
+//! as an engine that keeps its views current does (Feldera, RisingWave). In
+//! Append mode a window's rows come once, when it closes, so the recompute
+//! path evaluates each window once, like a batch job.
 //!
 //! Defaults: every query, both paths, 1 and 2 workers, 1 000 000 events
 //! (10 000 per second of event time, the generator's rate: 100 s), 10 000
@@ -56,6 +62,7 @@ struct Args {
     events: usize,
     per: usize,
     check: usize,
+    output: thund::OutputMode,
 }
 
 fn args() -> Args {
@@ -66,6 +73,7 @@ fn args() -> Args {
         events: 1_000_000,
         per: 10_000,
         check: 20_000,
+        output: thund::OutputMode::Update,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -86,6 +94,13 @@ fn args() -> Args {
             "--events" => a.events = count(value()),
             "--rows-per-trigger" => a.per = count(value()).max(1),
             "--check-events" => a.check = count(value()),
+            "--output" => {
+                a.output = match value().as_str() {
+                    "append" => thund::OutputMode::Append,
+                    "update" => thund::OutputMode::Update,
+                    other => panic!("--output {other}: append or update"),
+                }
+            }
             other => panic!("unknown flag {other}"),
         }
     }
@@ -93,9 +108,9 @@ fn args() -> Args {
 }
 
 /// Both paths agree on `triggers`, trigger by trigger.
-fn check(q: &str, triggers: &[data::Trigger]) {
-    let (mut inc, view, sources) = data::engine(q, ExecMode::Auto, 1);
-    let (mut rec, _, _) = data::engine(q, ExecMode::Recompute, 1);
+fn check(q: &str, triggers: &[data::Trigger], output: thund::OutputMode) {
+    let (mut inc, view, sources) = data::engine(q, ExecMode::Auto, 1, Some(output));
+    let (mut rec, _, _) = data::engine(q, ExecMode::Recompute, 1, Some(output));
     for (i, t) in triggers.iter().enumerate() {
         let a = data::step(&mut inc, t, &sources);
         let b = data::step(&mut rec, t, &sources);
@@ -115,8 +130,8 @@ fn pct(v: &mut [Duration], p: f64) -> Duration {
 fn main() {
     let a = args();
     println!(
-        "Nexmark: {} events, {} events per trigger, checked on the first {} events",
-        a.events, a.per, a.check
+        "Nexmark: {} events, {} events per trigger, {:?} mode, checked on the first {} events",
+        a.events, a.per, a.output, a.check
     );
     let check_triggers = data::triggers(a.check, 10_000, a.per);
     let triggers = data::triggers(a.events, 10_000, a.per);
@@ -126,11 +141,11 @@ fn main() {
     println!("|---|---|---|---|---|---|---|");
     let mut ratios = Vec::new();
     for q in &a.queries {
-        check(q, &check_triggers);
+        check(q, &check_triggers, a.output);
         let mut at_one: [Option<f64>; 2] = [None, None];
         for &mode in &a.paths {
             for &w in &a.workers {
-                let (mut e, view, sources) = data::engine(q, mode, w);
+                let (mut e, view, sources) = data::engine(q, mode, w, Some(a.output));
                 let plan = e.plan(&view).expect("plan").clone();
                 let mut lat = Vec::with_capacity(triggers.len());
                 let start = Instant::now();

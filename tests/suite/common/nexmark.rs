@@ -179,15 +179,20 @@ fn trigger(chunk: &[Event]) -> Trigger {
 }
 
 /// An engine running query `name` on `mode`'s path with `workers`
-/// workers: the engine, the view's name and the sources it reads.
+/// workers, in `output` mode if given (else the file's): the engine, the
+/// view's name and the sources it reads.
 pub fn engine(
     name: &str,
     mode: thund::ExecMode,
     workers: usize,
+    output: Option<thund::OutputMode>,
 ) -> (thund::Engine, String, Vec<String>) {
     let p = thund::spec::ddl::parse(&query(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut v = p.views.into_iter().next().expect("a view");
     v.mode = mode;
+    if let Some(o) = output {
+        v.output = o;
+    }
     let view = v.name.clone();
     let sources = v.sources.iter().map(|s| s.name.clone()).collect();
     let mut e = thund::Engine::builder()
