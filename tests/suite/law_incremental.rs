@@ -120,68 +120,18 @@ fn run(c: &Case, exec: ExecMode) -> Result<Run, TestCaseError> {
     run_spelled(c, exec, false)
 }
 
-/// `sql`, written with its window in SQL: every `FROM t` reads
-/// `HOP(t, ts, …)`, the top select list shows the bounds first (as the
-/// spec's rows carry them) and the top `GROUP BY` groups by them too.
-fn with_window_in_sql(sql: &str, win: common::Win) -> String {
-    let call = format!(
+/// The law's hopping window as a window function over `t`.
+fn hop_call(win: common::Win) -> String {
+    format!(
         "HOP(t, ts, INTERVAL '{}' MILLISECOND, INTERVAL '{}' MILLISECOND)",
         win.slide, win.size
-    );
-    let mut out = String::new();
-    let mut depth = 0i32;
-    let mut rest = sql;
-    let mut selected = false;
-    while !rest.is_empty() {
-        let top = depth == 0;
-        if let Some(r) = rest
-            .strip_prefix("FROM t ")
-            .or_else(|| (rest == "FROM t").then_some(""))
-        {
-            out.push_str(&format!("FROM {call} "));
-            rest = r;
-            continue;
-        }
-        if let Some(r) = rest.strip_prefix("FROM t)") {
-            out.push_str(&format!("FROM {call})"));
-            rest = r;
-            continue;
-        }
-        if top && !selected {
-            let head = ["SELECT DISTINCT ", "SELECT "]
-                .into_iter()
-                .find(|h| rest.starts_with(h));
-            if let Some(h) = head {
-                out.push_str(h);
-                out.push_str("window_start, window_end, ");
-                rest = &rest[h.len()..];
-                selected = true;
-                continue;
-            }
-        }
-        if top {
-            if let Some(r) = rest.strip_prefix("GROUP BY ") {
-                out.push_str("GROUP BY window_start, window_end, ");
-                rest = r;
-                continue;
-            }
-        }
-        let ch = rest.chars().next().expect("non-empty");
-        depth += match ch {
-            '(' => 1,
-            ')' => -1,
-            _ => 0,
-        };
-        out.push(ch);
-        rest = &rest[ch.len_utf8()..];
-    }
-    out
+    )
 }
 
 /// Run through the engine on one path, the window in the spec or (`in_sql`) in the SQL.
 fn run_spelled(c: &Case, exec: ExecMode, in_sql: bool) -> Result<Run, TestCaseError> {
     let sql = if in_sql {
-        with_window_in_sql(c.sql, c.win)
+        common::window_in_sql(c.sql, &hop_call(c.win))
     } else {
         c.sql.to_string()
     };
@@ -255,7 +205,7 @@ fn law(c: &Case) -> Result<(), TestCaseError> {
         &sql_rows,
         &inc_rows,
         "window in SQL vs in the spec, per trigger: {}",
-        with_window_in_sql(c.sql, c.win)
+        common::window_in_sql(c.sql, &hop_call(c.win))
     );
     prop_assert_eq!(sql_late, inc_late);
     // row for row, trigger by trigger: in Update mode only groups whose

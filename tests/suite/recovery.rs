@@ -3,7 +3,8 @@
 //! worker count emits, with the outputs after its last committed checkpoint
 //! discarded (as an exactly-once sink does), exactly what one uninterrupted
 //! run emits — for incremental and recompute shapes and every output mode,
-//! whether each checkpoint is committed before the next trigger or later.
+//! whether each checkpoint is committed before the next trigger or later,
+//! with the window in the spec or written in the SQL.
 
 use crate::common;
 
@@ -78,17 +79,33 @@ const SHAPES: &[(&str, &str, ExecMode)] = &[
 
 static CASE: AtomicUsize = AtomicUsize::new(0);
 
-fn spec(shape: usize, mode: OutputMode) -> ViewSpec {
+/// Shape `shape`'s view, its window in the spec or (`in_sql`) in the SQL.
+fn spec(shape: usize, mode: OutputMode, in_sql: bool) -> ViewSpec {
     let (sql, win, exec) = SHAPES[shape];
-    let w = match win {
-        "hop" => WindowSpec::hopping(Duration::from_millis(2000), Duration::from_millis(1000)),
-        "tumble" => WindowSpec::tumbling(Duration::from_millis(1500)),
-        "session" => WindowSpec::session(Duration::from_millis(700), &["k"]),
-        _ => WindowSpec::session(Duration::from_millis(700), &[]),
+    let (w, call) = match win {
+        "hop" => (
+            WindowSpec::hopping(Duration::from_millis(2000), Duration::from_millis(1000)),
+            "HOP(t, ts, INTERVAL '1' SECOND, INTERVAL '2' SECOND)",
+        ),
+        "tumble" => (
+            WindowSpec::tumbling(Duration::from_millis(1500)),
+            "TUMBLE(t, ts, INTERVAL '1500' MILLISECOND)",
+        ),
+        "session" => (
+            WindowSpec::session(Duration::from_millis(700), &["k"]),
+            "SESSION(t, ts, INTERVAL '700' MILLISECOND)",
+        ),
+        _ => (
+            WindowSpec::session(Duration::from_millis(700), &[]),
+            "SESSION(t, ts, INTERVAL '700' MILLISECOND)",
+        ),
     };
-    ViewSpec::builder("v", sql)
-        .source("t", "ts", common::schema())
-        .window(w)
+    let b = if in_sql {
+        ViewSpec::builder("v", &common::window_in_sql(sql, call))
+    } else {
+        ViewSpec::builder("v", sql).window(w)
+    };
+    b.source("t", "ts", common::schema())
         .allowed_lateness(Duration::from_millis(300))
         .output(mode)
         .mode(exec)
@@ -110,6 +127,7 @@ proptest! {
         workers in (1usize..=2, 1usize..=2),
         compact_every in 1usize..5,
         lazy_sync in any::<bool>(),
+        in_sql in any::<bool>(),
     ) {
         let mut t = 100_000i64;
         let evs: Vec<Ev> = rows
@@ -123,7 +141,7 @@ proptest! {
 
         // one uninterrupted run
         let mut e = Engine::builder().build().expect("engine");
-        e.create_view(spec(shape, mode)).expect("view");
+        e.create_view(spec(shape, mode, in_sql)).expect("view");
         let mut outs = Vec::new();
         for trig in &triggers {
             e.push("t", batch(trig)).expect("push");
@@ -143,7 +161,7 @@ proptest! {
                 .checkpoint_compaction(compact_every)
                 .build()
                 .expect("engine");
-            a.create_view(spec(shape, mode)).expect("view");
+            a.create_view(spec(shape, mode, in_sql)).expect("view");
             prop_assert!(a.recovery("v").expect("view").is_none());
             for (i, trig) in triggers.iter().enumerate().take(crash) {
                 a.push_at("t", batch(trig), i as u64 + 1).expect("push");
@@ -162,7 +180,7 @@ proptest! {
             // the crash: outputs after the last commit are lost with the process
         }
         let mut b = Engine::builder().workers(workers.1).with_state_root(&root).build().expect("engine");
-        b.create_view(spec(shape, mode)).expect("resume");
+        b.create_view(spec(shape, mode, in_sql)).expect("resume");
         let from = b.source_offset("t").unwrap_or(0) as usize;
         prop_assert_eq!(from, crash / every * every, "resume offset");
         if from > 0 {
@@ -216,7 +234,7 @@ fn a_finished_complete_view_resumes_with_every_closed_window() {
             .checkpoint_compaction(4)
             .build()
             .expect("engine");
-        a.create_view(spec(shape, OutputMode::Complete))
+        a.create_view(spec(shape, OutputMode::Complete, false))
             .expect("view");
         for (i, c) in evs.chunks(6).enumerate() {
             a.push_at("t", batch(c), i as u64 + 1).expect("push");
@@ -241,7 +259,7 @@ fn a_finished_complete_view_resumes_with_every_closed_window() {
             .with_state_root(&root)
             .build()
             .expect("engine");
-        b.create_view(spec(shape, OutputMode::Complete))
+        b.create_view(spec(shape, OutputMode::Complete, false))
             .expect("resume");
         let again = b.finish().expect("finish").views[0].output.clone();
         assert_eq!(

@@ -348,3 +348,58 @@ where
             (triggers, lateness, Win { size, slide })
         })
 }
+
+/// `sql` (a per-window query over source `t`), written with its window in
+/// SQL: every `FROM t` reads `call` (`HOP(t, ts, …)` and the like), the top
+/// select list shows the bounds first (as the spec's rows carry them) and
+/// the top `GROUP BY` groups by them too.
+pub fn window_in_sql(sql: &str, call: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0i32;
+    let mut rest = sql;
+    let mut selected = false;
+    while !rest.is_empty() {
+        let top = depth == 0;
+        if let Some(r) = rest
+            .strip_prefix("FROM t ")
+            .or_else(|| (rest == "FROM t").then_some(""))
+        {
+            out.push_str(&format!("FROM {call} "));
+            rest = r;
+            continue;
+        }
+        if let Some(r) = rest.strip_prefix("FROM t)") {
+            out.push_str(&format!("FROM {call})"));
+            rest = r;
+            continue;
+        }
+        if top && !selected {
+            let head = ["SELECT DISTINCT ", "SELECT "]
+                .into_iter()
+                .find(|h| rest.starts_with(h));
+            if let Some(h) = head {
+                out.push_str(h);
+                out.push_str("window_start, window_end, ");
+                rest = &rest[h.len()..];
+                selected = true;
+                continue;
+            }
+        }
+        if top {
+            if let Some(r) = rest.strip_prefix("GROUP BY ") {
+                out.push_str("GROUP BY window_start, window_end, ");
+                rest = r;
+                continue;
+            }
+        }
+        let ch = rest.chars().next().expect("non-empty");
+        depth += match ch {
+            '(' => 1,
+            ')' => -1,
+            _ => 0,
+        };
+        out.push(ch);
+        rest = &rest[ch.len_utf8()..];
+    }
+    out
+}
