@@ -62,10 +62,16 @@ fn crash_until_done(sql: &str, mode: &str, output: &str, seed: u64, window: &str
     let dir = tempfile::tempdir().expect("tempdir");
     let input = write_input(dir.path(), 8000);
     let v = view(dir.path(), sql, mode, output, window);
+    killed_runs_equal_a_clean_one(dir.path(), &input, "--view", &v, seed);
+}
+
+/// Runs `thund run {flag} {spec}` over `input` once cleanly, then killed
+/// and restarted until done: both outputs must be equal.
+fn killed_runs_equal_a_clean_one(dir: &Path, input: &Path, flag: &str, spec: &Path, seed: u64) {
     let base = |out: &Path| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_thund"));
-        c.args(["run", "--rows-per-trigger", "40", "--view"])
-            .arg(&v)
+        c.args(["run", "--rows-per-trigger", "40", flag])
+            .arg(spec)
             .arg("--input")
             .arg(format!("bids={}", input.display()))
             .arg("--output")
@@ -74,11 +80,11 @@ fn crash_until_done(sql: &str, mode: &str, output: &str, seed: u64, window: &str
             .stderr(Stdio::null());
         c
     };
-    let clean = dir.path().join("clean.csv");
+    let clean = dir.join("clean.csv");
     assert!(base(&clean).status().expect("run").success());
 
-    let out = dir.path().join("out.csv");
-    let root = format!("file://{}", dir.path().join("state").display());
+    let out = dir.join("out.csv");
+    let root = format!("file://{}", dir.join("state").display());
     let mut r = SplitMix::new(seed);
     let (mut kills, mut runs, mut mid_run_kills, mut seen) = (0, 0, 0, 0u64);
     let started = Instant::now();
@@ -208,4 +214,24 @@ fn killed_highest_bid_runs_resume_exactly() {
         6,
         HOP,
     );
+}
+
+/// A pipeline written in SQL DDL (`thund run --sql`), its hopping window in
+/// the query, on the incremental path in Update mode.
+#[test]
+fn killed_sql_pipeline_runs_resume_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = write_input(dir.path(), 8000);
+    let sql = dir.path().join("p.sql");
+    std::fs::write(
+        &sql,
+        "CREATE SOURCE bids (auction BIGINT, price BIGINT, ts BIGINT,\n\
+           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);\n\
+         CREATE VIEW v WITH (output = 'update') AS\n\
+           SELECT auction, window_start, window_end, COUNT(*) AS bids, MAX(price) AS top\n\
+           FROM HOP(bids, ts, INTERVAL '3' SECOND, INTERVAL '6' SECOND)\n\
+           GROUP BY auction, window_start, window_end;\n",
+    )
+    .expect("pipeline");
+    killed_runs_equal_a_clean_one(dir.path(), &input, "--sql", &sql, 7);
 }

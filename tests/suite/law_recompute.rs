@@ -1,7 +1,7 @@
 //! The law, recompute side: on random disordered streams split into random
 //! triggers, the engine's output equals the independent batch oracle; row
 //! order within a trigger changes nothing; Update and Complete agree with
-//! Append at `finish()`.
+//! Append at `finish()`. Half the cases write the window in the SQL.
 
 use crate::common;
 
@@ -27,28 +27,45 @@ struct Case {
     win: Win,
     query: usize,
     shuffle_seed: u64,
+    /// The window written in the SQL (`FROM HOP(t, ts, …)`), not the spec.
+    in_sql: bool,
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    (common::stream(), 0..QUERIES.len(), any::<u64>()).prop_map(
-        |((triggers, lateness, win), query, shuffle_seed)| Case {
-            triggers,
-            lateness,
-            win,
-            query,
-            shuffle_seed,
-        },
+    (
+        common::stream(),
+        0..QUERIES.len(),
+        any::<u64>(),
+        any::<bool>(),
     )
+        .prop_map(
+            |((triggers, lateness, win), query, shuffle_seed, in_sql)| Case {
+                triggers,
+                lateness,
+                win,
+                query,
+                shuffle_seed,
+                in_sql,
+            },
+        )
 }
 
 /// Run the case through the engine; the reports' outputs, trigger by trigger.
 fn run(c: &Case, mode: OutputMode, shuffle: bool) -> (Vec<Vec<RecordBatch>>, u64) {
-    let spec = ViewSpec::builder("v", QUERIES[c.query])
-        .source("t", "ts", common::schema())
-        .window(WindowSpec::hopping(
+    let spec = if c.in_sql {
+        let call = format!(
+            "HOP(t, ts, INTERVAL '{}' MILLISECOND, INTERVAL '{}' MILLISECOND)",
+            c.win.slide, c.win.size
+        );
+        ViewSpec::builder("v", &common::window_in_sql(QUERIES[c.query], &call))
+    } else {
+        ViewSpec::builder("v", QUERIES[c.query]).window(WindowSpec::hopping(
             Duration::from_millis(c.win.size as u64),
             Duration::from_millis(c.win.slide as u64),
         ))
+    };
+    let spec = spec
+        .source("t", "ts", common::schema())
         .allowed_lateness(Duration::from_millis(c.lateness as u64))
         .output(mode)
         .mode(thund::ExecMode::Recompute)
