@@ -110,44 +110,56 @@ impl Pruner {
             .order_conv
             .convert_columns(&values(view, &self.order, batch)?)
             .map_err(internal)?;
+        let unit_of = |t: i64| match panes {
+            Some(p) => {
+                let pane = p.pane_of(t);
+                (pane, p.expiry(pane))
+            }
+            None => {
+                let w = windows.last_window(t);
+                (w, w.end)
+            }
+        };
         let mut keep = vec![true; n_rows];
         let mut dropped = false;
-        for i in 0..n_rows {
+        let mut i = 0;
+        while i < n_rows {
             if !pass[i] {
+                i += 1;
                 continue;
             }
-            let t = times[i];
-            let (unit, expires) = match panes {
-                Some(p) => {
-                    let pane = p.pane_of(t);
-                    (pane, p.expiry(pane))
-                }
-                None => {
-                    let w = windows.last_window(t);
-                    (w, w.end)
-                }
-            };
+            let (unit, expires) = unit_of(times[i]);
             if w_prev.is_some_and(|wp| expires <= wp) {
+                i += 1;
                 continue;
             }
-            let part: &[u8] = parts.as_ref().map_or(&[], |p| p.row(i).data());
-            let key = orders.row(i);
-            let unit = self.best.entry((expires, unit)).or_default();
-            // the partition's entry, allocated only the first time it is seen
-            let best = match unit.get_mut(part) {
-                Some(b) => b,
-                None => unit.entry(part.into()).or_default(),
-            };
-            // rows strictly before this one, among the best kept
-            let before = best.partition_point(|b| b.as_ref() < key.data());
-            if before >= self.n {
-                keep[i] = false;
-                dropped = true;
-                continue;
+            // the run of rows in this unit: its table found once
+            let table = self.best.entry((expires, unit)).or_default();
+            while i < n_rows {
+                if pass[i] {
+                    if unit_of(times[i]).0 != unit {
+                        break;
+                    }
+                    let part: &[u8] = parts.as_ref().map_or(&[], |p| p.row(i).data());
+                    let key = orders.row(i);
+                    // the partition's entry, allocated only the first time it is seen
+                    let best = match table.get_mut(part) {
+                        Some(b) => b,
+                        None => table.entry(part.into()).or_default(),
+                    };
+                    // rows strictly before this one, among the best kept
+                    let before = best.partition_point(|b| b.as_ref() < key.data());
+                    if before >= self.n {
+                        keep[i] = false;
+                        dropped = true;
+                    } else {
+                        let at = best.partition_point(|b| b.as_ref() <= key.data());
+                        best.insert(at, key.data().into());
+                        best.truncate(self.n);
+                    }
+                }
+                i += 1;
             }
-            let at = best.partition_point(|b| b.as_ref() <= key.data());
-            best.insert(at, key.data().into());
-            best.truncate(self.n);
         }
         Ok(dropped.then_some(keep))
     }
