@@ -239,6 +239,16 @@ fn run_rows(e: &mut Engine, view: &str) -> Vec<RecordBatch> {
     out
 }
 
+/// View `v`'s output column names.
+fn names(e: &Engine) -> Vec<String> {
+    e.output_schema("v")
+        .expect("schema")
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect()
+}
+
 fn engine_with(sql: &str, window: Option<WindowSpec>) -> Engine {
     let mut b = ViewSpec::builder("v", sql).source("t", "ts", common::schema());
     if let Some(w) = window {
@@ -276,14 +286,8 @@ fn the_query_places_and_names_the_bounds() {
          FROM TUMBLE(t, ts, INTERVAL '2' SECOND) GROUP BY k, window_start, window_end",
         None,
     );
-    let names: Vec<String> = sql
-        .output_schema("v")
-        .expect("schema")
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    assert_eq!(names, ["k", "c", "we", "ws"]);
+    let shown = names(&sql);
+    assert_eq!(shown, ["k", "c", "we", "ws"]);
     let mut got = canon(&run_rows(&mut sql, "v"));
     got.sort();
     assert_eq!(got, rearranged);
@@ -298,14 +302,8 @@ fn the_query_places_and_names_the_bounds() {
          GROUP BY date_bin(INTERVAL '2 seconds', ts), k",
         None,
     );
-    let names: Vec<String> = bin
-        .output_schema("v")
-        .expect("schema")
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    assert_eq!(names, ["w", "k", "c"]);
+    let shown = names(&bin);
+    assert_eq!(shown, ["w", "k", "c"]);
     let mut got = canon(&run_rows(&mut bin, "v"));
     got.sort();
     let mut start_k_c: Vec<String> = want
@@ -431,14 +429,8 @@ fn only_a_call_declares_a_window() {
         Some(WindowSpec::tumbling(Duration::from_secs(2))),
     );
     assert!(!run_rows(&mut e, "v").is_empty());
-    let names: Vec<String> = e
-        .output_schema("v")
-        .expect("schema")
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    assert_eq!(names, ["window_start", "window_end", "g", "c"]);
+    let shown = names(&e);
+    assert_eq!(shown, ["window_start", "window_end", "g", "c"]);
     let msg = refused("SELECT date_bin( FROM t", None);
     assert!(msg.contains("needs a window"), "{msg}");
 }
