@@ -646,14 +646,14 @@ impl IncrementalView {
                     w_prev,
                 )?;
                 if let Some(keep) = keep {
-                    let mask = BooleanArray::from(keep.clone());
+                    let mask = BooleanArray::from(keep);
                     o.batch = filter_record_batch(&o.batch, &mask)?;
                     o.times = arrow::compute::filter(&o.times, &mask)?
                         .as_primitive::<Int64Type>()
                         .clone();
                     pass = pass
                         .into_iter()
-                        .zip(keep)
+                        .zip(mask.values().iter())
                         .filter(|(_, k)| *k)
                         .map(|(p, _)| p)
                         .collect();
