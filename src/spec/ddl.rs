@@ -28,9 +28,7 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use arrow::datatypes::{Field, Schema};
-use datafusion::sql::sqlparser::ast::{
-    visit_relations, Expr, FunctionArg, FunctionArgExpr, Statement, TableFactor,
-};
+use datafusion::sql::sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, TableFactor};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
@@ -414,44 +412,31 @@ fn source(c: &mut Cursor<'_, '_>, name: String) -> Result<(SourceSpec, Watermark
     Ok((SourceSpec::new(&name, &event_time, schema), mark))
 }
 
-/// The tables a query reads (window functions read their first argument).
+/// The tables a query reads (a window function, `TUMBLE(bids, …)`, reads
+/// its first argument).
 fn tables_read(query: &str) -> HashSet<String> {
-    let mut out = HashSet::new();
-    let Ok(stmts) = Parser::parse_sql(&GenericDialect {}, query) else {
-        return out;
-    };
-    let _ = visit_relations(&stmts, |r| {
-        out.insert(r.to_string().to_ascii_lowercase());
-        ControlFlow::<()>::Continue(())
-    });
-    // `TUMBLE(bids, …)`: the relation is the function, its first argument the source
-    let _ = datafusion::sql::sqlparser::ast::visit_statements(&stmts, |s: &Statement| {
-        collect_function_sources(s, &mut out);
-        ControlFlow::<()>::Continue(())
-    });
-    out
-}
-
-fn collect_function_sources(s: &Statement, out: &mut HashSet<String>) {
     use datafusion::sql::sqlparser::ast::Visit;
-    struct V<'a>(&'a mut HashSet<String>);
-    impl datafusion::sql::sqlparser::ast::Visitor for V<'_> {
+    struct Tables(HashSet<String>);
+    impl datafusion::sql::sqlparser::ast::Visitor for Tables {
         type Break = ();
         fn pre_visit_table_factor(&mut self, t: &TableFactor) -> ControlFlow<()> {
-            if let TableFactor::Table {
-                args: Some(args), ..
-            } = t
-            {
-                if let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(i)))) =
-                    args.args.first()
-                {
-                    self.0.insert(i.value.to_ascii_lowercase());
-                }
+            if let TableFactor::Table { name, args, .. } = t {
+                let read = match args.as_ref().and_then(|a| a.args.first()) {
+                    Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(i)))) => {
+                        i.value.clone()
+                    }
+                    _ => name.to_string(),
+                };
+                self.0.insert(read.to_ascii_lowercase());
             }
             ControlFlow::Continue(())
         }
     }
-    let _ = s.visit(&mut V(out));
+    let mut t = Tables(HashSet::new());
+    if let Ok(stmts) = Parser::parse_sql(&GenericDialect {}, query) {
+        let _ = stmts.visit(&mut t);
+    }
+    t.0
 }
 
 /// `CREATE VIEW …` after its name.
