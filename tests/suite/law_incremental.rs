@@ -121,17 +121,10 @@ fn run(c: &Case, exec: ExecMode) -> Result<Run, TestCaseError> {
 }
 
 /// The law's hopping window as a window function over `t`.
-fn hop_call(win: common::Win) -> String {
-    format!(
-        "HOP(t, ts, INTERVAL '{}' MILLISECOND, INTERVAL '{}' MILLISECOND)",
-        win.slide, win.size
-    )
-}
-
 /// Run through the engine on one path, the window in the spec or (`in_sql`) in the SQL.
 fn run_spelled(c: &Case, exec: ExecMode, in_sql: bool) -> Result<Run, TestCaseError> {
     let sql = if in_sql {
-        common::window_in_sql(c.sql, &hop_call(c.win))
+        common::window_in_sql(c.sql, &common::hop_call(c.win))
     } else {
         c.sql.to_string()
     };
@@ -205,7 +198,7 @@ fn law(c: &Case) -> Result<(), TestCaseError> {
         &sql_rows,
         &inc_rows,
         "window in SQL vs in the spec, per trigger: {}",
-        common::window_in_sql(c.sql, &hop_call(c.win))
+        common::window_in_sql(c.sql, &common::hop_call(c.win))
     );
     prop_assert_eq!(sql_late, inc_late);
     // row for row, trigger by trigger: in Update mode only groups whose

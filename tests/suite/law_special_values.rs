@@ -270,6 +270,8 @@ struct Case {
     query: usize,
     mode: OutputMode,
     workers: usize,
+    /// Whether the window is written in the SQL (`FROM HOP(t, ts, …)`) instead of the spec.
+    in_sql: bool,
 }
 
 /// Floats: mostly exact eighths (so sums do not depend on their order), and
@@ -321,15 +323,32 @@ fn case() -> impl Strategy<Value = Case> {
             Just(OutputMode::Complete)
         ],
         1usize..=2,
+        any::<bool>(),
     )
-        .prop_map(|((triggers, lateness, win), query, mode, workers)| Case {
-            triggers,
-            lateness,
-            win,
-            query,
-            mode,
-            workers,
-        })
+        .prop_map(
+            |((triggers, lateness, win), query, mode, workers, in_sql)| Case {
+                triggers,
+                lateness,
+                win,
+                query,
+                mode,
+                workers,
+                in_sql,
+            },
+        )
+}
+
+/// A view over `t` in 10 s tumbling windows: declared in the spec, or (`in_sql`) written
+/// in the SQL as `FROM TUMBLE(t, ts, INTERVAL '10' SECOND)`.
+fn tumbling_10s(name: &str, sql: &str, in_sql: bool) -> thund::spec::ViewSpecBuilder {
+    if in_sql {
+        let sql = common::window_in_sql(sql, "TUMBLE(t, ts, INTERVAL '10' SECOND)");
+        ViewSpec::builder(name, &sql).source("t", "ts", schema())
+    } else {
+        ViewSpec::builder(name, sql)
+            .source("t", "ts", schema())
+            .window(WindowSpec::tumbling(Duration::from_secs(10)))
+    }
 }
 
 /// How one run ended.
@@ -340,12 +359,20 @@ enum Outcome {
 }
 
 fn run(c: &Case, exec: ExecMode) -> Result<Outcome, TestCaseError> {
-    let spec = ViewSpec::builder("v", QUERIES[c.query].0)
-        .source("t", "ts", schema())
-        .window(WindowSpec::hopping(
+    let query = QUERIES[c.query].0;
+    let sql = if c.in_sql {
+        common::window_in_sql(query, &common::hop_call(c.win))
+    } else {
+        query.to_string()
+    };
+    let mut spec = ViewSpec::builder("v", &sql).source("t", "ts", schema());
+    if !c.in_sql {
+        spec = spec.window(WindowSpec::hopping(
             Duration::from_millis(c.win.size as u64),
             Duration::from_millis(c.win.slide as u64),
-        ))
+        ));
+    }
+    let spec = spec
         .allowed_lateness(Duration::from_millis(c.lateness as u64))
         .output(c.mode)
         .mode(exec)
@@ -432,14 +459,12 @@ fn distinct_floats_follow_the_canonical_values_on_both_paths() {
     // NaN, 0, 1, +inf, -inf; with v > 2 (rows 3..): 0, 1, +inf, -inf
     let expected = vec!["0|5|4".to_string()];
     let distinct_rows = 5;
-    for workers in [1, 2] {
+    for (workers, in_sql) in [(1, false), (2, false), (1, true), (2, true)] {
         for exec in [ExecMode::Auto, ExecMode::Recompute] {
             let run = |sql: &str| {
                 let mut e = Engine::builder().workers(workers).build().expect("engine");
                 e.create_view(
-                    ViewSpec::builder("v", sql)
-                        .source("t", "ts", schema())
-                        .window(WindowSpec::tumbling(Duration::from_secs(10)))
+                    tumbling_10s("v", sql, in_sql)
                         .mode(exec)
                         .build()
                         .expect("spec"),
@@ -462,7 +487,10 @@ fn distinct_floats_follow_the_canonical_values_on_both_paths() {
                 "SELECT k, COUNT(DISTINCT f) AS df, COUNT(DISTINCT f) FILTER (WHERE v > 2) AS dfp \
                  FROM t GROUP BY k",
             );
-            assert_eq!(got, expected, "{exec:?}, {workers} workers");
+            assert_eq!(
+                got, expected,
+                "{exec:?}, {workers} workers, in SQL: {in_sql}"
+            );
             let got = run("SELECT DISTINCT f FROM t WHERE f IS NOT NULL");
             assert_eq!(
                 got.len(),
@@ -495,16 +523,15 @@ fn per_value_float_sums_follow_each_trigger_on_both_paths() {
         vec![row(1_004, 2, 1.0)],
         vec![row(1_005, 3, f64::NEG_INFINITY)],
     ];
-    let run = |exec: ExecMode| {
+    let run = |exec: ExecMode, in_sql: bool| {
         let mut e = Engine::builder().build().expect("engine");
         e.create_view(
-            ViewSpec::builder(
+            tumbling_10s(
                 "v",
                 "SELECT k, COUNT(DISTINCT v % 2) AS dv, SUM(f) AS sf, \
                  SUM(f) FILTER (WHERE v > 0) AS sfp FROM t GROUP BY k",
+                in_sql,
             )
-            .source("t", "ts", schema())
-            .window(WindowSpec::tumbling(Duration::from_secs(10)))
             .output(OutputMode::Update)
             .mode(exec)
             .build()
@@ -521,8 +548,10 @@ fn per_value_float_sums_follow_each_trigger_on_both_paths() {
         out.push(common::canon(&e.finish().expect("finish").views[0].output));
         out
     };
-    let inc = run(ExecMode::Auto);
-    assert_eq!(inc, run(ExecMode::Recompute));
+    let inc = run(ExecMode::Auto, false);
+    assert_eq!(inc, run(ExecMode::Recompute, false));
+    assert_eq!(inc, run(ExecMode::Auto, true), "the window in SQL");
+    assert_eq!(inc, run(ExecMode::Recompute, true), "the window in SQL");
     // the sums the contract gives, trigger by trigger
     let sums: Vec<String> = inc
         .iter()

@@ -179,39 +179,62 @@ fn uses_b(sql: &str) -> bool {
     sql.contains(" b ") || sql.ends_with(" b") || sql.contains("JOIN b")
 }
 
+/// One query of the table through the engine: its plan, its `explain`, and its
+/// output over `triggers`. The window is in the spec, or (`in_sql`) written in
+/// the SQL over source `a` as `FROM HOP(a, ts, …)`.
+fn route(
+    sql: &str,
+    sources: &[&str],
+    in_sql: bool,
+    triggers: &[Vec<(usize, Ev)>],
+) -> (thund::ViewPlan, String, Vec<String>) {
+    let win = WIN;
+    let sql = if in_sql {
+        common::window_in_sql_over(sql, "a", &common::hop_call_over("a", win))
+    } else {
+        sql.to_string()
+    };
+    let mut b = ViewSpec::builder("v", &sql).allowed_lateness(Duration::from_millis(300));
+    if !in_sql {
+        b = b.window(WindowSpec::hopping(
+            Duration::from_millis(win.size as u64),
+            Duration::from_millis(win.slide as u64),
+        ));
+    }
+    for s in sources {
+        b = b.source(s, "ts", common::schema());
+    }
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(b.build().expect("spec")).expect("view");
+    let plan = e.plan("v").expect("plan").clone();
+    let explain = e.explain("v").expect("explain");
+    let mut out = Vec::new();
+    for trig in triggers {
+        for (s, name) in sources.iter().enumerate() {
+            let rows: Vec<Ev> = trig
+                .iter()
+                .filter(|(x, _)| *x == s)
+                .map(|(_, e)| e.clone())
+                .collect();
+            e.push(name, batch(&rows)).expect("push");
+        }
+        out.extend(e.trigger().expect("trigger").views[0].output.clone());
+    }
+    out.extend(e.finish().expect("finish").views[0].output.clone());
+    (plan, explain, canon(&out))
+}
+
+/// The table's window: 2 s hopping by 1 s.
+const WIN: Win = Win {
+    size: 2000,
+    slide: 1000,
+};
+
 #[test]
 fn each_query_takes_its_path_and_equals_the_oracle() {
     let mut explains = String::new();
     for (i, (sql, expected_reason)) in table().into_iter().enumerate() {
         let sources: &[&str] = if uses_b(sql) { &["a", "b"] } else { &["a"] };
-        let win = Win {
-            size: 2000,
-            slide: 1000,
-        };
-        let mut b = ViewSpec::builder("v", sql)
-            .window(WindowSpec::hopping(
-                Duration::from_secs(2),
-                Duration::from_secs(1),
-            ))
-            .allowed_lateness(Duration::from_millis(300));
-        for s in sources {
-            b = b.source(s, "ts", common::schema());
-        }
-        let mut e = Engine::builder().build().expect("engine");
-        e.create_view(b.build().expect("spec")).expect("view");
-        let plan = e.plan("v").expect("plan").clone();
-        assert_eq!(plan.reason(), expected_reason.as_ref(), "{sql}: {plan}");
-        let path = if expected_reason.is_some() {
-            PathKind::Recompute
-        } else {
-            PathKind::Incremental
-        };
-        assert_eq!(plan.path(), path, "{sql}: {plan}");
-        explains.push_str(&format!(
-            "==== {sql}\n{}\n",
-            e.explain("v").expect("explain")
-        ));
-
         let mut triggers = stream(i as u64);
         if sources.len() == 1 {
             for t in &mut triggers {
@@ -220,21 +243,26 @@ fn each_query_takes_its_path_and_equals_the_oracle() {
                 }
             }
         }
-        let (expected, _) = oracle(&triggers, sources, 300, win, sql);
-        let mut out = Vec::new();
-        for trig in &triggers {
-            for (s, name) in sources.iter().enumerate() {
-                let rows: Vec<Ev> = trig
-                    .iter()
-                    .filter(|(x, _)| *x == s)
-                    .map(|(_, e)| e.clone())
-                    .collect();
-                e.push(name, batch(&rows)).expect("push");
-            }
-            out.extend(e.trigger().expect("trigger").views[0].output.clone());
+        let (plan, explain, out) = route(sql, sources, false, &triggers);
+        assert_eq!(plan.reason(), expected_reason.as_ref(), "{sql}: {plan}");
+        let path = if expected_reason.is_some() {
+            PathKind::Recompute
+        } else {
+            PathKind::Incremental
+        };
+        assert_eq!(plan.path(), path, "{sql}: {plan}");
+        explains.push_str(&format!("==== {sql}\n{explain}\n"));
+        let (expected, _) = oracle(&triggers, sources, 300, WIN, sql);
+        assert_eq!(out, expected, "{sql}");
+        // the same view with its window written in the SQL: the same path, the
+        // same reason, the same rows (a window over one of two sources is
+        // another view: the table's joins and unions keep the spec's window)
+        if sources.len() == 1 {
+            let (in_sql, _, out_sql) = route(sql, sources, true, &triggers);
+            assert_eq!(in_sql.path(), plan.path(), "{sql} in SQL: {in_sql}");
+            assert_eq!(in_sql.reason(), plan.reason(), "{sql} in SQL: {in_sql}");
+            assert_eq!(out_sql, expected, "{sql}, the window in SQL");
         }
-        out.extend(e.finish().expect("finish").views[0].output.clone());
-        assert_eq!(canon(&out), expected, "{sql}");
     }
     // the whole routing table as `explain` prints it: a change is a reviewed diff
     insta::assert_snapshot!("routing_explain", explains);
@@ -266,12 +294,30 @@ fn session_views_route_by_shape() {
         .expect("view");
         e.plan("v").expect("plan").clone()
     };
+    // the same session written in the SQL: its key is the query's GROUP BY
+    let plan_in_sql = |sql: &str| {
+        let sql = sql.replace("FROM a", "FROM SESSION(a, ts, INTERVAL '1' SECOND)");
+        let mut e = Engine::builder().build().expect("engine");
+        e.create_view(
+            ViewSpec::builder("v", &sql)
+                .source("a", "ts", common::schema())
+                .build()
+                .expect("spec"),
+        )
+        .expect("view");
+        e.plan("v").expect("plan").clone()
+    };
     for (sql, key) in incremental {
         let plan = plan_of(sql, &key);
         assert_eq!(plan.path(), PathKind::Incremental, "{sql}: {plan}");
         assert!(
             plan.to_string().contains("sessions per key, gap 1000 ms"),
             "{plan}"
+        );
+        assert_eq!(
+            plan_in_sql(sql).to_string(),
+            plan.to_string(),
+            "{sql} in SQL"
         );
     }
     let fallback = [
@@ -313,6 +359,11 @@ fn session_views_route_by_shape() {
             matches!(plan.reason(), Some(Why::SessionShape { what }) if what.contains(why)),
             "{sql}: {plan}"
         );
+        // in SQL the key is the GROUP BY, so only the other reasons carry over
+        if !why.contains("session key") {
+            let in_sql = plan_in_sql(sql);
+            assert_eq!(in_sql.reason(), plan.reason(), "{sql} in SQL: {in_sql}");
+        }
     }
 }
 

@@ -349,11 +349,31 @@ where
         })
 }
 
+/// The hopping window `win` over source `t`, as a window call in SQL.
+pub fn hop_call(win: Win) -> String {
+    hop_call_over("t", win)
+}
+
+/// The hopping window `win` over `source`, as a window call in SQL.
+pub fn hop_call_over(source: &str, win: Win) -> String {
+    format!(
+        "HOP({source}, ts, INTERVAL '{}' MILLISECOND, INTERVAL '{}' MILLISECOND)",
+        win.slide, win.size
+    )
+}
+
 /// `sql` (a per-window query over source `t`), written with its window in
 /// SQL: every `FROM t` reads `call` (`HOP(t, ts, …)` and the like), the top
 /// select list shows the bounds first (as the spec's rows carry them) and
 /// the top `GROUP BY` groups by them too.
 pub fn window_in_sql(sql: &str, call: &str) -> String {
+    window_in_sql_over(sql, "t", call)
+}
+
+/// [`window_in_sql`] over a source named `source`.
+pub fn window_in_sql_over(sql: &str, source: &str, call: &str) -> String {
+    let from = format!("FROM {source}");
+    let (from_sp, from_paren) = (format!("{from} "), format!("{from})"));
     let mut out = String::new();
     let mut depth = 0i32;
     let mut rest = sql;
@@ -361,14 +381,14 @@ pub fn window_in_sql(sql: &str, call: &str) -> String {
     while !rest.is_empty() {
         let top = depth == 0;
         if let Some(r) = rest
-            .strip_prefix("FROM t ")
-            .or_else(|| (rest == "FROM t").then_some(""))
+            .strip_prefix(from_sp.as_str())
+            .or_else(|| (rest == from).then_some(""))
         {
             out.push_str(&format!("FROM {call} "));
             rest = r;
             continue;
         }
-        if let Some(r) = rest.strip_prefix("FROM t)") {
+        if let Some(r) = rest.strip_prefix(from_paren.as_str()) {
             out.push_str(&format!("FROM {call})"));
             rest = r;
             continue;
