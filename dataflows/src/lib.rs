@@ -123,6 +123,8 @@ mod window;
 pub use error::{Error, Result};
 pub use host::cluster::Cluster;
 pub use host::handle::{ArrangementSize, Config, PendingSnapshot, Step, WindowedAggregate};
+pub use host::join::{JoinRow, JoinStep, Side, WindowedJoin};
+pub use render::join::Pair;
 pub use state::agg::{AggKind, AggState, Update, Value};
 pub use state::preagg::PreAggregator;
 pub use window::{EventTime, Key, Panes, Window};

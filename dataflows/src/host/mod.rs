@@ -3,4 +3,5 @@
 
 pub(crate) mod cluster;
 pub(crate) mod handle;
+pub(crate) mod join;
 mod worker;

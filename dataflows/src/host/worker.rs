@@ -15,12 +15,13 @@ use timely::worker::Worker;
 
 use crate::error::{Error, Result};
 use crate::render::aggregate::{render, Rendered};
+use crate::render::join::{self, JoinRecord, Pair, RenderedJoin};
 use crate::state::agg::{AggKind, Update};
 use crate::state::diff::Acc;
 use crate::state::open::StepOutput;
 use crate::time::{event_time, start_of, Time};
 use crate::typedefs::{NamedTrace, WindowBatch, WindowKey};
-use crate::window::{expiry, EventTime, Panes};
+use crate::window::{expiry, EventTime, Panes, Window};
 
 /// Identifies one dataflow among those a cluster's workers host.
 pub(crate) type DataflowId = u64;
@@ -59,6 +60,32 @@ pub(crate) enum Command {
         /// Where the chunks go.
         to: Sender<Chunk>,
     },
+    /// Render a windowed-join dataflow under `id` and reply [`Reply::Built`].
+    BuildJoin(DataflowId),
+    /// Add rows to a join's left and right inputs at its current input time (no reply).
+    InsertJoin(DataflowId, [Vec<(JoinRecord, i64)>; 2]),
+    /// Advance a join's inputs to the time, run until its output frontier passes it,
+    /// compact, reply [`Reply::Joined`], then retract the rows of `evict` (windows that
+    /// closed) at that time.
+    AdvanceJoin {
+        /// The join.
+        id: DataflowId,
+        /// The new input time.
+        time: Time,
+        /// Windows whose rows to retract, sorted.
+        evict: Vec<Window>,
+    },
+    /// Close a join's inputs (end of stream), run it until it is done, reply
+    /// [`Reply::Joined`].
+    FinishJoin(DataflowId),
+    /// Reply [`Reply::JoinRows`] with the rows of a join's windows that end after
+    /// `frontier`, read from its traces.
+    SnapshotJoin {
+        /// The join.
+        id: DataflowId,
+        /// Windows ending at or before it are closed and left out.
+        frontier: EventTime,
+    },
     /// Close a dataflow's input, run it until it is done (or drop it, after a peer died),
     /// forget it, and reply [`Reply::Dropped`].
     Drop(DataflowId),
@@ -89,6 +116,17 @@ pub(crate) enum Reply {
     },
     /// The trace of a [`Command::Snapshot`] is captured; its chunks follow on their channel.
     SnapshotStarted,
+    /// The outcome of a join's step.
+    Joined {
+        /// The join's output changes in open windows, since the previous step.
+        pairs: Vec<Pair>,
+        /// The worker's output frontier after the step (`None`: the stream ended).
+        frontier: Option<Time>,
+        /// `(name, records)` of the worker's arrangements.
+        sizes: Vec<(&'static str, usize)>,
+    },
+    /// A join's open rows, left then right, with their multiplicities.
+    JoinRows([Vec<(JoinRecord, i64)>; 2]),
     /// The dataflow of a [`Command::Drop`] is gone.
     Dropped,
     /// The command named a dataflow this worker does not host.
@@ -230,6 +268,7 @@ struct Hosted {
 /// frontier that will never move, and dataflows are dropped instead of drained.
 pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
     let mut hosted: HashMap<DataflowId, Hosted> = HashMap::default();
+    let mut joins: HashMap<DataflowId, RenderedJoin> = HashMap::default();
     let mut jobs: VecDeque<Job> = VecDeque::new();
     let aborted = || abort.load(Ordering::Relaxed);
     let me = worker.index();
@@ -341,9 +380,73 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                     Reply::SnapshotStarted
                 }
             },
+            Command::BuildJoin(id) => {
+                joins.insert(id, join::render(worker));
+                Reply::Built
+            }
+            Command::InsertJoin(id, [left, right]) => {
+                if let Some(inputs) = joins.get_mut(&id).and_then(|j| j.inputs.as_mut()) {
+                    for (record, n) in left {
+                        inputs[0].update(record, n);
+                    }
+                    for (record, n) in right {
+                        inputs[1].update(record, n);
+                    }
+                }
+                continue;
+            }
+            Command::AdvanceJoin { id, time, evict } => match joins.get_mut(&id) {
+                None => Reply::Unknown(id),
+                Some(j) => {
+                    if let Some(inputs) = j.inputs.as_mut() {
+                        for input in inputs.iter_mut() {
+                            input.advance_to(time);
+                            input.flush();
+                        }
+                    }
+                    let probe = &j.probe;
+                    worker.step_while(|| probe.less_than(&time) && !aborted());
+                    if let Some(traces) = j.traces.as_mut() {
+                        for trace in traces.iter_mut() {
+                            join::compact(trace, time);
+                        }
+                    }
+                    let reply = join_reply(j);
+                    // Retract the closed windows' rows at `time` (at or after their ends):
+                    // they enter with the next step, and their pairs are not output.
+                    if let (Some(inputs), Some(traces)) = (j.inputs.as_mut(), j.traces.as_ref()) {
+                        for (input, trace) in inputs.iter_mut().zip(traces) {
+                            for (record, n) in join::rows_in(trace, &evict) {
+                                input.update(record, -n);
+                            }
+                        }
+                    }
+                    reply
+                }
+            },
+            Command::FinishJoin(id) => match joins.get_mut(&id) {
+                None => Reply::Unknown(id),
+                Some(j) => {
+                    drop(j.inputs.take());
+                    let probe = &j.probe;
+                    worker.step_while(|| !probe.done() && !aborted());
+                    drop(j.traces.take());
+                    join_reply(j)
+                }
+            },
+            Command::SnapshotJoin { id, frontier } => match joins.get(&id) {
+                None => Reply::Unknown(id),
+                Some(j) => Reply::JoinRows(match j.traces.as_ref() {
+                    Some([l, r]) => [join::open_rows(l, frontier), join::open_rows(r, frontier)],
+                    None => [Vec::new(), Vec::new()],
+                }),
+            },
             Command::Drop(id) => {
                 if let Some(h) = hosted.remove(&id) {
                     retire(worker, h, &aborted);
+                }
+                if let Some(j) = joins.remove(&id) {
+                    retire_join(worker, j, &aborted);
                 }
                 Reply::Dropped
             }
@@ -357,6 +460,36 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
     }
     for (_, h) in hosted.drain() {
         retire(worker, h, &aborted);
+    }
+    for (_, j) in joins.drain() {
+        retire_join(worker, j, &aborted);
+    }
+}
+
+/// [`retire`] for a join.
+fn retire_join(worker: &mut Worker, mut j: RenderedJoin, aborted: &dyn Fn() -> bool) {
+    drop(j.inputs.take());
+    drop(j.traces.take());
+    let probe = &j.probe;
+    worker.step_while(|| !probe.done() && !aborted());
+    if aborted() {
+        worker.drop_dataflow(j.index);
+    }
+}
+
+/// A join's step reply: the pairs collected since the last one, frontier and sizes.
+fn join_reply(j: &RenderedJoin) -> Reply {
+    Reply::Joined {
+        pairs: std::mem::take(&mut *j.pairs.borrow_mut()),
+        frontier: j.probe.with_frontier(|f| f.iter().min().copied()),
+        sizes: match j.traces.as_ref() {
+            Some(traces) => join::ARRANGEMENTS
+                .iter()
+                .zip(traces)
+                .map(|(name, t)| (*name, join::trace_size(t)))
+                .collect(),
+            None => Vec::new(),
+        },
     }
 }
 

@@ -2,3 +2,4 @@
 //! what the host hands it (no decisions are taken here).
 
 pub(crate) mod aggregate;
+pub(crate) mod join;
