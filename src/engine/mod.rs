@@ -169,9 +169,9 @@ impl Engine {
             eval.out_schema.clone(),
         );
         let plan = planned.plan.clone();
-        let cluster = match planned.compiled {
-            Some(_) => Some(self.cluster(&name)?),
-            None => None,
+        let cluster = match planned.incremental() {
+            true => Some(self.cluster(&name)?),
+            false => None,
         };
         // a view is checkpointed iff the engine has a state root (see `attach_state`)
         let checkpointed = self.store.is_some();

@@ -124,6 +124,22 @@ pub(crate) fn build(
     cluster: Option<thund_dataflows::Cluster>,
     checkpointed: bool,
 ) -> Result<Box<dyn ViewRuntime>> {
+    if let Some(join) = planned.join {
+        let cluster = cluster.ok_or_else(|| {
+            Error::internal(
+                view,
+                "an incremental plan needs the engine's worker threads",
+            )
+        })?;
+        return Ok(Box::new(incremental::JoinView::new(
+            view,
+            join,
+            spec.output,
+            cluster,
+            eval,
+            sources,
+        )?));
+    }
     Ok(match (planned.compiled, cluster) {
         (Some(compiled), Some(cluster)) => Box::new(incremental::IncrementalView::new(
             view,

@@ -9,6 +9,7 @@
 //! `create_view` error. Every trigger report and `explain` shows the decision.
 
 mod aggregate;
+mod join;
 mod post;
 mod rows;
 mod shape;
@@ -22,6 +23,8 @@ pub(crate) use aggregate::{
     ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue, PostPlan, Prune, TopN,
 };
 pub use aggregate::{AggFunc, AggregatePlan, AggregateSpec, OrderSpec};
+pub use join::JoinPlan;
+pub(crate) use join::{CompiledJoin, CompiledSide, SideStep};
 
 use crate::spec::{ExecMode, ViewSpec};
 use crate::window::TimeWindows;
@@ -163,6 +166,12 @@ pub enum FallbackReason {
         /// The float column or expression.
         column: String,
     },
+    /// A query with a join the incremental join does not run: `what` says
+    /// which part.
+    JoinShape {
+        /// What the query does that the incremental join does not take.
+        what: String,
+    },
     /// The shape is supported but an expression did not compile.
     CannotCompile {
         /// What failed, with DataFusion's words.
@@ -211,6 +220,7 @@ impl std::fmt::Display for FallbackReason {
                 "the query keeps each window's top rows and reads the float `{column}`: \
                  its rows are kept by value, where -0.0 and 0.0 are one"
             ),
+            JoinShape { what } => write!(f, "in the join, {what}"),
             CannotCompile { detail } => {
                 write!(f, "the incremental plan did not compile: {detail}")
             }
@@ -224,6 +234,8 @@ impl std::fmt::Display for FallbackReason {
 pub enum ViewPlan {
     /// The differential-dataflow path.
     Incremental(AggregatePlan),
+    /// The differential-dataflow path: a windowed join of two sources.
+    Join(JoinPlan),
     /// Evaluate the SQL with DataFusion per window; `reason` says why this path.
     Recompute {
         /// Why the view is not incremental.
@@ -235,7 +247,7 @@ impl ViewPlan {
     /// The path this plan takes.
     pub fn path(&self) -> PathKind {
         match self {
-            ViewPlan::Incremental(_) => PathKind::Incremental,
+            ViewPlan::Incremental(_) | ViewPlan::Join(_) => PathKind::Incremental,
             ViewPlan::Recompute { .. } => PathKind::Recompute,
         }
     }
@@ -243,7 +255,7 @@ impl ViewPlan {
     /// Why the recompute path (`None` for an incremental plan).
     pub fn reason(&self) -> Option<&FallbackReason> {
         match self {
-            ViewPlan::Incremental(_) => None,
+            ViewPlan::Incremental(_) | ViewPlan::Join(_) => None,
             ViewPlan::Recompute { reason } => Some(reason),
         }
     }
@@ -254,6 +266,7 @@ impl std::fmt::Display for ViewPlan {
         match self {
             ViewPlan::Recompute { reason } => write!(f, "Recompute: {reason}"),
             ViewPlan::Incremental(p) => p.fmt(f),
+            ViewPlan::Join(p) => p.fmt(f),
         }
     }
 }
@@ -262,6 +275,7 @@ impl std::fmt::Display for ViewPlan {
 pub(crate) struct Planned {
     pub plan: ViewPlan,
     pub compiled: Option<CompiledAggregate>,
+    pub join: Option<CompiledJoin>,
 }
 
 impl Planned {
@@ -269,7 +283,21 @@ impl Planned {
         Planned {
             plan: ViewPlan::Recompute { reason },
             compiled: None,
+            join: None,
         }
+    }
+
+    fn join((plan, compiled): (JoinPlan, CompiledJoin)) -> Self {
+        Planned {
+            plan: ViewPlan::Join(plan),
+            compiled: None,
+            join: Some(compiled),
+        }
+    }
+
+    /// Whether the incremental path runs it.
+    pub fn incremental(&self) -> bool {
+        self.compiled.is_some() || self.join.is_some()
     }
 }
 
@@ -309,6 +337,13 @@ pub(crate) fn plan_view(
     let (Some(windows), Some(bound)) = (units, bound) else {
         return Planned::recompute(FallbackReason::SessionWindow);
     };
+    if spec.sources.len() == 2 && session.is_none() {
+        return match join::compile(logical, ctx, windows, bound) {
+            Ok(Some(j)) => Planned::join(j),
+            Ok(None) => Planned::recompute(FallbackReason::SeveralSources),
+            Err(reason) => Planned::recompute(reason),
+        };
+    }
     if spec.sources.len() != 1 {
         return Planned::recompute(FallbackReason::SeveralSources);
     }
@@ -370,8 +405,16 @@ pub(crate) fn plan_view(
         Ok((plan, compiled)) => Planned {
             plan: ViewPlan::Incremental(plan),
             compiled: Some(compiled),
+            join: None,
         },
-        Err(reason) => Planned::recompute(reason),
+        // a join of the source with itself
+        Err(reason) => match session
+            .is_none()
+            .then(|| join::compile(logical, ctx, windows, bound))
+        {
+            Some(Ok(Some(j))) => Planned::join(j),
+            _ => Planned::recompute(reason),
+        },
     }
 }
 

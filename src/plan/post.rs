@@ -84,12 +84,10 @@ pub(crate) fn split(plan: &LogicalPlan) -> Option<Split> {
     })
 }
 
-/// `plan` with every occurrence of `node` replaced by a scan of an empty
-/// table `name` of `node`'s columns, each under `node`'s qualified name so
-/// the plan above reads it as before: the table (to fill per window) and
-/// the plan over it.
-pub(super) fn read_from_table(
-    plan: &LogicalPlan,
+/// A scan of an empty table `name` of `node`'s columns, each under `node`'s
+/// qualified name, so a plan above `node` reads it as before: the table (to
+/// fill per window) and the scan under its projection.
+pub(super) fn replacement_for(
     node: &LogicalPlan,
     name: &str,
 ) -> Option<(Arc<LiveTable>, LogicalPlan)> {
@@ -116,6 +114,17 @@ pub(super) fn read_from_table(
     if !replacement.schema().iter().eq(df_schema.iter()) {
         return None;
     }
+    Some((table, replacement))
+}
+
+/// `plan` with every occurrence of `node` replaced by [`replacement_for`]
+/// it: the table (to fill per window) and the plan over it.
+pub(super) fn read_from_table(
+    plan: &LogicalPlan,
+    node: &LogicalPlan,
+    name: &str,
+) -> Option<(Arc<LiveTable>, LogicalPlan)> {
+    let (table, replacement) = replacement_for(node, name)?;
     let rest = plan
         .clone()
         .transform_up_with_subqueries(|p| {

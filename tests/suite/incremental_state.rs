@@ -344,3 +344,59 @@ fn session_state_is_bounded_by_open_panes_times_keys() {
         );
     }
 }
+
+/// A windowed join keeps each side's rows of the open windows (and the
+/// pairs they made): 2 M rows through 1 s windows, two sources, state bounded
+/// by the open windows' rows; without eviction it would hold every row.
+#[test]
+fn join_state_is_bounded_by_the_open_windows_rows() {
+    const BATCHES: usize = 100; // x 2 sources x 10 000 rows = 2 M rows
+    const ROWS: usize = 10_000;
+    for mode in [OutputMode::Append, OutputMode::Update] {
+        let mut e = Engine::builder().build().expect("engine");
+        let spec = ViewSpec::builder(
+            "v",
+            "SELECT a.k, a.v, b.v AS bv FROM a JOIN b ON a.k = b.k WHERE a.v < b.v",
+        )
+        .source("a", "ts", schema())
+        .source("b", "ts", schema())
+        .window(WindowSpec::tumbling(Duration::from_secs(1)))
+        .allowed_lateness(Duration::from_millis(500))
+        .output(mode)
+        .build()
+        .expect("spec");
+        e.create_view(spec).expect("view");
+        assert_eq!(e.plan("v").expect("plan").path(), PathKind::Incremental);
+        // open windows hold at most 2 s of rows (as above): 2 x 10 000 per
+        // source, plus their pairs (about one per two rows) and retractions
+        // not yet merged away
+        let bound = 4 * 2 * 2 * ROWS;
+        let mut r = SplitMix::new(2);
+        let (mut peak, mut closed, mut out) = (0, 0u64, 0usize);
+        for b in 0..BATCHES {
+            for source in ["a", "b"] {
+                let k = (0..ROWS).map(|_| r.below(20_000) as i64).collect();
+                let v = (0..ROWS).map(|_| r.below(1000) as i64).collect();
+                let ts = (0..ROWS)
+                    .map(|j| b as i64 * 1000 + j as i64 / 10 - r.below(500) as i64)
+                    .collect();
+                e.push(source, batch(k, v, ts)).expect("push");
+            }
+            let report = e.trigger().expect("trigger");
+            closed += report.views[0].windows_closed;
+            out += report.views[0].output_rows();
+            let size = e.state_size("v").expect("size").expect("incremental");
+            peak = peak.max(size);
+            assert!(
+                size <= bound,
+                "{mode:?}, after batch {b}: {size} records > bound {bound}"
+            );
+        }
+        assert!(closed >= (BATCHES - 3) as u64, "windows closed: {closed}");
+        assert!(out > 0, "the join made pairs");
+        assert!(
+            peak * 10 < BATCHES * 2 * ROWS,
+            "{mode:?}: peak {peak} is not far below the rows seen"
+        );
+    }
+}

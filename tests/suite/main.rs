@@ -19,6 +19,7 @@ mod hostile_input;
 mod incremental_state;
 mod late_and_idle;
 mod law_incremental;
+mod law_join;
 mod law_recompute;
 mod law_special_values;
 mod nexmark;

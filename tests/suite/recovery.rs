@@ -269,3 +269,99 @@ fn a_finished_complete_view_resumes_with_every_closed_window() {
         );
     }
 }
+
+/// Windowed joins of two sources, checkpointed at every `every` triggers,
+/// crashed and resumed at another worker count.
+const JOINS: &[&str] = &[
+    "SELECT a.k, a.v, b.g, b.ts FROM a JOIN b ON a.k = b.k",
+    "SELECT a.g, COUNT(*) AS n, SUM(b.v) AS s FROM a JOIN b ON a.k = b.k WHERE a.v >= b.v GROUP BY a.g",
+];
+
+fn join_spec(sql: &str, mode: OutputMode) -> ViewSpec {
+    ViewSpec::builder("v", sql)
+        .source("a", "ts", common::schema())
+        .source("b", "ts", common::schema())
+        .window(WindowSpec::hopping(
+            Duration::from_millis(2000),
+            Duration::from_millis(1000),
+        ))
+        .allowed_lateness(Duration::from_millis(300))
+        .output(mode)
+        .build()
+        .expect("spec")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(24), ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_resumed_join_equals_the_uninterrupted_join(
+        rows in prop::collection::vec((0usize..2, 0i64..3, 0usize..3, prop::option::weighted(0.85, -20i64..20), 0i64..200, 0i64..1500), 1..90),
+        per_trigger in 3usize..15,
+        query in 0..JOINS.len(),
+        mode in prop_oneof![Just(OutputMode::Append), Just(OutputMode::Update), Just(OutputMode::Complete)],
+        crash_frac in 0.0f64..1.0,
+        every in 1usize..4,
+        workers in (1usize..=2, 1usize..=2),
+    ) {
+        let mut t = 100_000i64;
+        let evs: Vec<(usize, Ev)> = rows
+            .into_iter()
+            .map(|(s, k, g, v, step, back)| {
+                t += step;
+                (s, Ev { t: t - back, k, g: ["a", "b", "c"][g].into(), v, f: k as f64 * 1.5 })
+            })
+            .collect();
+        let triggers: Vec<Vec<(usize, Ev)>> = evs.chunks(per_trigger).map(|c| c.to_vec()).collect();
+        let sql = JOINS[query];
+        let push = |e: &mut Engine, trig: &[(usize, Ev)], offset: u64| {
+            for (s, name) in ["a", "b"].into_iter().enumerate() {
+                let rows: Vec<Ev> = trig.iter().filter(|(x, _)| *x == s).map(|(_, e)| e.clone()).collect();
+                e.push_at(name, batch(&rows), offset).expect("push");
+            }
+        };
+        let mut e = Engine::builder().build().expect("engine");
+        e.create_view(join_spec(sql, mode)).expect("view");
+        prop_assert_eq!(e.plan("v").expect("plan").path(), PathKind::Incremental);
+        let mut outs = Vec::new();
+        for (i, trig) in triggers.iter().enumerate() {
+            push(&mut e, trig, i as u64 + 1);
+            outs.push(e.trigger().expect("trigger").views[0].output.clone());
+        }
+        outs.push(e.finish().expect("finish").views[0].output.clone());
+        let expected = answer(mode, &outs);
+        let root = format!("memory://recovery-join-{}", CASE.fetch_add(1, Ordering::SeqCst));
+        let crash = ((triggers.len() as f64) * crash_frac) as usize;
+        let mut kept: Vec<Vec<RecordBatch>> = Vec::new();
+        let mut since_checkpoint: Vec<Vec<RecordBatch>> = Vec::new();
+        {
+            let mut a = Engine::builder().workers(workers.0).with_state_root(&root).build().expect("engine");
+            a.create_view(join_spec(sql, mode)).expect("view");
+            for (i, trig) in triggers.iter().enumerate().take(crash) {
+                push(&mut a, trig, i as u64 + 1);
+                since_checkpoint.push(a.trigger().expect("trigger").views[0].output.clone());
+                if (i + 1) % every == 0 {
+                    a.checkpoint(serde_json::Value::Null).expect("checkpoint");
+                    a.sync_checkpoints().expect("committed");
+                    kept.append(&mut since_checkpoint);
+                }
+            }
+        }
+        let mut b = Engine::builder().workers(workers.1).with_state_root(&root).build().expect("engine");
+        b.create_view(join_spec(sql, mode)).expect("resume");
+        let from = b.source_offset("a").unwrap_or(0) as usize;
+        prop_assert_eq!(from, crash / every * every, "resume offset");
+        for (i, trig) in triggers.iter().enumerate().skip(from) {
+            push(&mut b, trig, i as u64 + 1);
+            let out = b.trigger().expect("trigger").views[0].output.clone();
+            if mode != OutputMode::Append {
+                prop_assert_eq!(canon(&out), canon(&outs[i]), "trigger {} after resuming", i + 1);
+            }
+            kept.push(out);
+            b.checkpoint(serde_json::Value::Null).expect("checkpoint");
+        }
+        kept.push(b.finish().expect("finish").views[0].output.clone());
+        b.sync_checkpoints().expect("committed");
+        prop_assert_eq!(answer(mode, &kept), expected);
+    }
+}

@@ -39,9 +39,52 @@ fn table() -> Vec<(&'static str, Option<Why>)> {
         ),
         ("SELECT DISTINCT k, g FROM a", None),
         ("SELECT k FROM a WHERE v > 0 GROUP BY k", None),
+        // windowed equi-joins: the join in the dataflow, the rest per window over its pairs
         (
             "SELECT a.k, COUNT(*) AS n FROM a JOIN b ON a.k = b.k GROUP BY a.k",
-            Some(Why::SeveralSources),
+            None,
+        ),
+        ("SELECT a.k, a.v, b.g, b.ts FROM a JOIN b ON a.k = b.k", None),
+        (
+            "SELECT a.k, b.v FROM a JOIN b ON a.k = b.k AND a.v < b.v WHERE b.g <> 'x'",
+            None,
+        ),
+        ("SELECT COUNT(*) AS n, SUM(b.v) AS s FROM a JOIN b ON a.g = b.g", None),
+        (
+            "SELECT x.k, x.v2, y.v FROM (SELECT k, v * 2 AS v2 FROM a WHERE v > 0) x JOIN b y ON x.k = y.k",
+            None,
+        ),
+        (
+            "SELECT x.k, y.v FROM a x JOIN a y ON x.k = y.k AND x.g = y.g WHERE x.v > y.v",
+            None,
+        ),
+        (
+            "SELECT a.k, b.v FROM a JOIN b ON a.k = b.k ORDER BY b.v DESC NULLS LAST, a.k LIMIT 3",
+            None,
+        ),
+        (
+            "SELECT a.k, b.v FROM a LEFT JOIN b ON a.k = b.k",
+            Some(Why::JoinShape {
+                what: s("a Left join keeps rows without a match"),
+            }),
+        ),
+        (
+            "SELECT a.k, b.k AS bk FROM a JOIN b ON a.f = b.f",
+            Some(Why::JoinShape {
+                what: s("join key `a.f` is a float (-0.0 = 0.0 in SQL, not in a key's bytes)"),
+            }),
+        ),
+        (
+            "SELECT a.k, b.k AS bk FROM a JOIN b ON a.v < b.v",
+            Some(Why::JoinShape {
+                what: s("the join has no equality between its sides"),
+            }),
+        ),
+        (
+            "SELECT n, COUNT(*) AS c FROM (SELECT a.k, COUNT(*) AS n FROM a GROUP BY a.k) x JOIN b ON x.k = b.k GROUP BY n",
+            Some(Why::JoinShape {
+                what: s("a side reads more than filters and projections of one source (Aggregate)"),
+            }),
         ),
         (
             "SELECT k, COUNT(DISTINCT g) AS dg, COUNT(*) FILTER (WHERE v > 0) AS pos FROM a GROUP BY k",

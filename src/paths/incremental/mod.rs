@@ -14,6 +14,7 @@
 
 mod distinct;
 mod ingest;
+mod join;
 mod keys;
 mod post;
 mod prune;
@@ -28,6 +29,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 use thund_dataflows::{AggState, Cluster, Config, Update, WindowedAggregate};
 
+pub(crate) use join::JoinView;
 use keys::Keys;
 
 use super::changes::Shown;

@@ -1,0 +1,578 @@
+//! The incremental windowed join (see `plan::join`): each side's rows are
+//! evaluated on the host (its filters and projections, its join keys), encoded
+//! with `arrow::row`, and handed to a `thund_dataflows::WindowedJoin` as ids
+//! by (window, join key); the pairs it returns are kept per open window, and
+//! the rest of the query runs per window on DataFusion over that window's
+//! pairs, decoded back to rows.
+//!
+//! A window exists once any source gave it an on-time row (even one a side's
+//! filter refuses), as on the recompute path, so a global aggregate over the
+//! join shows its empty windows too.
+//!
+//! State files: each side's open rows (`join-left`, `join-right`: window
+//! bounds, multiplicity, the side's columns), the open windows
+//! (`join-windows`), and Complete mode's closed results. A restore re-inserts
+//! the rows at the restored watermark, at any worker count; the dataflow's
+//! pairs of the open windows come back from that re-insertion.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch};
+use arrow::compute::{filter, filter_record_batch, prep_null_mask_filter};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use datafusion::datasource::TableProvider;
+use datafusion::physical_plan::ExecutionPlan;
+use rustc_hash::FxHashMap;
+use thund_dataflows::{Cluster, JoinRow, Pair, Side, WindowedJoin};
+
+use super::keys::{KeyBytes, KeyDictionary};
+use crate::error::{Error, Result};
+use crate::paths::changes::changed_rows;
+use crate::paths::closed::ClosedResults;
+use crate::paths::sql::live::LiveTable;
+use crate::paths::sql::{checked, SqlEvaluator};
+use crate::paths::{
+    output_schema, with_bounds, OnTime, RuntimeStats, SourceInfo, StepOutput, ViewRuntime,
+};
+use crate::plan::{CompiledJoin, CompiledSide, SideStep};
+use crate::spec::OutputMode;
+use crate::state::{operator, Export, StateFile};
+use crate::time::EventTime;
+use crate::window::late::{classify_time, Refusals};
+use crate::window::Window;
+
+/// Operator names of this runtime's state files.
+const SIDE_FILES: [&str; 2] = ["join-left", "join-right"];
+const WINDOWS_FILE: &str = "join-windows";
+
+/// The incremental runtime of a windowed join view.
+pub(crate) struct JoinView {
+    view: String,
+    plan: CompiledJoin,
+    mode: OutputMode,
+    out: SchemaRef,
+    eval: SqlEvaluator,
+    /// The rest of the query over `table`, planned once.
+    rest: Arc<dyn ExecutionPlan>,
+    table: Arc<LiveTable>,
+    /// By source index: the sides it feeds.
+    feeds: Vec<Vec<usize>>,
+    /// Encodes join keys (both sides: the same types).
+    key_conv: RowConverter,
+    /// Encodes each side's rows.
+    row_conv: [RowConverter; 2],
+    /// Join keys' ids (the dataflow carries them).
+    keys: KeyDictionary,
+    /// Each side's rows' ids.
+    rows: [KeyDictionary; 2],
+    cluster: Cluster,
+    join: WindowedJoin,
+    /// The join's output per open window: `(left id, right id) -> count`.
+    pairs: BTreeMap<Window, FxHashMap<(u64, u64), i64>>,
+    /// Open windows that took an on-time row from any source.
+    windows: BTreeSet<Window>,
+    /// Windows that took rows since their last evaluation (Update mode).
+    dirty: BTreeSet<Window>,
+    /// Update mode: each open window's result at its last evaluation.
+    shown: BTreeMap<Window, RecordBatch>,
+    closed_results: ClosedResults,
+}
+
+/// A row converter over columns of these types.
+fn converter(types: &[DataType]) -> Result<RowConverter> {
+    Ok(RowConverter::new(
+        types.iter().map(|t| SortField::new(t.clone())).collect(),
+    )?)
+}
+
+/// A schema of columns `c0…` of these types (all nullable).
+fn schema_of(types: &[DataType]) -> SchemaRef {
+    Arc::new(Schema::new(
+        types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Field::new(format!("c{i}"), t.clone(), true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// `cols` as a batch of `n` rows (their own schema, all nullable).
+fn batch_of(cols: Vec<ArrayRef>, n: usize) -> Result<RecordBatch> {
+    let types: Vec<DataType> = cols.iter().map(|c| c.data_type().clone()).collect();
+    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
+    Ok(RecordBatch::try_new_with_options(
+        schema_of(&types),
+        cols,
+        &options,
+    )?)
+}
+
+impl JoinView {
+    pub fn new(
+        view: &str,
+        plan: CompiledJoin,
+        mode: OutputMode,
+        cluster: Cluster,
+        eval: SqlEvaluator,
+        sources: &[SourceInfo],
+    ) -> Result<Self> {
+        let mut feeds = vec![Vec::new(); sources.len()];
+        for (i, side) in plan.sides.iter().enumerate() {
+            let s = sources
+                .iter()
+                .position(|s| s.name == side.source)
+                .or_else(|| {
+                    sources
+                        .iter()
+                        .position(|s| s.name.eq_ignore_ascii_case(&side.source))
+                })
+                .ok_or_else(|| {
+                    Error::internal(
+                        view,
+                        format!("the join reads an unknown source {}", side.source),
+                    )
+                })?;
+            feeds[s].push(i);
+        }
+        let rest = checked::rewrite(plan.rest.clone()).map_err(|e| Error::eval(view, e))?;
+        let rest = eval.prepare(&eval.optimize(&rest)?)?;
+        let out = output_schema(&eval.out_schema, Some(&plan.bound), mode);
+        let key_conv = converter(&plan.key_types)?;
+        let row_conv = [
+            converter(&plan.sides[0].fields)?,
+            converter(&plan.sides[1].fields)?,
+        ];
+        let join = WindowedJoin::spawn_on(&cluster).map_err(|e| Error::dataflow(view, e))?;
+        Ok(JoinView {
+            view: view.to_string(),
+            table: plan.table.clone(),
+            plan,
+            mode,
+            out,
+            eval,
+            rest,
+            feeds,
+            key_conv,
+            row_conv,
+            keys: KeyDictionary::default(),
+            rows: [KeyDictionary::default(), KeyDictionary::default()],
+            cluster,
+            join,
+            pairs: BTreeMap::new(),
+            windows: BTreeSet::new(),
+            dirty: BTreeSet::new(),
+            shown: BTreeMap::new(),
+            closed_results: ClosedResults::default(),
+        })
+    }
+
+    /// A side's rows of `batch` (its filters and projections) and their event times.
+    fn side_rows(
+        &self,
+        side: &CompiledSide,
+        batch: &RecordBatch,
+        times: &Int64Array,
+    ) -> Result<(RecordBatch, Int64Array)> {
+        let (mut batch, mut times) = (batch.clone(), times.clone());
+        let err = |e| Error::eval(&self.view, e);
+        for step in &side.steps {
+            let n = batch.num_rows();
+            match step {
+                SideStep::Filter(p) => {
+                    let mask = p
+                        .evaluate(&batch)
+                        .and_then(|v| v.into_array(n))
+                        .map_err(err)?;
+                    let mask = mask.as_boolean_opt().ok_or_else(|| {
+                        Error::internal(&self.view, "a join side's filter is not a boolean")
+                    })?;
+                    let mask: BooleanArray = match mask.null_count() {
+                        0 => mask.clone(),
+                        _ => prep_null_mask_filter(mask),
+                    };
+                    batch = filter_record_batch(&batch, &mask)?;
+                    times = filter(&times, &mask)?.as_primitive().clone();
+                }
+                SideStep::Project(exprs) => {
+                    let cols = exprs
+                        .iter()
+                        .map(|e| e.evaluate(&batch).and_then(|v| v.into_array(n)))
+                        .collect::<datafusion::error::Result<Vec<_>>>()
+                        .map_err(err)?;
+                    batch = batch_of(cols, n)?;
+                }
+            }
+        }
+        Ok((batch, times))
+    }
+
+    /// The dataflow rows of side `s` for the side's rows `rows`, each in its
+    /// windows `windows_of(times[i])` that end after `w_prev`.
+    fn join_rows(
+        &mut self,
+        s: usize,
+        rows: &RecordBatch,
+        times: &Int64Array,
+        w_prev: Option<EventTime>,
+        out: &mut Vec<JoinRow>,
+    ) -> Result<()> {
+        let n = rows.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        let side = &self.plan.sides[s];
+        let key_cols = side
+            .keys
+            .iter()
+            .map(|e| e.evaluate(rows).and_then(|v| v.into_array(n)))
+            .collect::<datafusion::error::Result<Vec<_>>>()
+            .map_err(|e| Error::eval(&self.view, e))?;
+        let key_rows = self.key_conv.convert_columns(&key_cols)?;
+        let row_rows = self.row_conv[s].convert_columns(rows.columns())?;
+        let side_of = if s == 0 { Side::Left } else { Side::Right };
+        let floor = w_prev.unwrap_or(EventTime::MIN);
+        for i in 0..n {
+            if !self.plan.nulls_meet && key_cols.iter().any(|c| c.is_null(i)) {
+                continue;
+            }
+            let (k, r) = (key_rows.row(i), row_rows.row(i));
+            for window in self.plan.windows.windows_of(times.value(i)) {
+                if w_prev.is_some() && window.end <= floor {
+                    continue;
+                }
+                out.push(JoinRow {
+                    side: side_of,
+                    window,
+                    key: self.keys.intern(k.as_ref(), window.end),
+                    row: self.rows[s].intern(r.as_ref(), window.end),
+                    count: 1,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Take in one trigger's on-time rows.
+    fn ingest(&mut self, on_time: Vec<OnTime>, w_prev: Option<EventTime>) -> Result<()> {
+        let mut rows = Vec::new();
+        for o in &on_time {
+            // every on-time row makes its open windows exist
+            for &t in o.times.values() {
+                for window in self.plan.windows.windows_of(t) {
+                    if w_prev.is_none_or(|w| window.end > w) {
+                        self.windows.insert(window);
+                        self.dirty.insert(window);
+                    }
+                }
+            }
+            let feeds = self.feeds.get(o.source).cloned().unwrap_or_default();
+            for s in feeds {
+                let (side_rows, times) = self.side_rows(&self.plan.sides[s], &o.batch, &o.times)?;
+                self.join_rows(s, &side_rows, &times, w_prev, &mut rows)?;
+            }
+        }
+        self.join
+            .insert(rows)
+            .map_err(|e| Error::dataflow(&self.view, e))
+    }
+
+    fn add_pairs(&mut self, pairs: Vec<Pair>) {
+        for p in pairs {
+            let e = self.pairs.entry(p.window).or_default();
+            let c = e.entry((p.left, p.right)).or_default();
+            *c += p.count;
+            if *c == 0 {
+                e.remove(&(p.left, p.right));
+            }
+        }
+    }
+
+    /// The rest of the query over window `win`'s join output.
+    fn eval_window(&self, win: Window) -> Result<RecordBatch> {
+        let (mut left, mut right): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
+        if let Some(pairs) = self.pairs.get(&win) {
+            let mut sorted: Vec<(&(u64, u64), &i64)> = pairs.iter().collect();
+            sorted.sort_unstable();
+            for (&(l, r), &c) in sorted {
+                for _ in 0..c.max(0) {
+                    left.push(l);
+                    right.push(r);
+                }
+            }
+        }
+        let n = left.len();
+        let mut cols: Vec<ArrayRef> = Vec::new();
+        for (s, ids) in [left, right].iter().enumerate() {
+            let parser = self.row_conv[s].parser();
+            let rows = ids.iter().map(|&id| parser.parse(self.rows[s].bytes(id)));
+            cols.extend(self.row_conv[s].convert_rows(rows)?);
+        }
+        let schema = self.table.schema();
+        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
+        let batch = RecordBatch::try_new_with_options(schema, cols, &options)?;
+        self.eval.run_prepared(
+            &self.rest,
+            &[self.table.as_ref()],
+            vec![vec![batch]],
+            Some(win),
+        )
+    }
+
+    fn bounded(&self, win: Window, res: &RecordBatch, fin: Option<bool>) -> Result<RecordBatch> {
+        with_bounds(&self.out, Some((win, Some(&self.plan.bound))), res, fin)
+    }
+
+    /// Forget a closed window.
+    fn close(&mut self, win: &Window) {
+        self.windows.remove(win);
+        self.pairs.remove(win);
+        self.dirty.remove(win);
+        self.shown.remove(win);
+    }
+
+    /// Each side's open rows, decoded, as its state file.
+    fn side_file(&self, s: usize, rows: &[JoinRow]) -> Result<StateFile> {
+        let mine: Vec<&JoinRow> = rows
+            .iter()
+            .filter(|r| (r.side == Side::Left) == (s == 0))
+            .collect();
+        let starts = Int64Array::from_iter_values(mine.iter().map(|r| r.window.start));
+        let ends = Int64Array::from_iter_values(mine.iter().map(|r| r.window.end));
+        let counts = Int64Array::from_iter_values(mine.iter().map(|r| r.count));
+        let parser = self.row_conv[s].parser();
+        let decoded = self.row_conv[s]
+            .convert_rows(mine.iter().map(|r| parser.parse(self.rows[s].bytes(r.row))))?;
+        let mut cols: Vec<ArrayRef> = vec![Arc::new(starts), Arc::new(ends), Arc::new(counts)];
+        cols.extend(decoded);
+        let mut fields = vec![
+            Field::new("window_start", DataType::Int64, false),
+            Field::new("window_end", DataType::Int64, false),
+            Field::new("count", DataType::Int64, false),
+        ];
+        fields.extend(
+            schema_of(&self.plan.sides[s].fields)
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone()),
+        );
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?;
+        Ok(StateFile::new(
+            SIDE_FILES[s],
+            0,
+            vec![batch],
+            EventTime::MAX,
+        ))
+    }
+}
+
+impl ViewRuntime for JoinView {
+    fn output_schema(&self) -> SchemaRef {
+        self.out.clone()
+    }
+
+    fn classify(
+        &self,
+        _source: usize,
+        _batch: &RecordBatch,
+        times: &Int64Array,
+        w_prev: Option<EventTime>,
+    ) -> Result<Refusals> {
+        Ok(classify_time(&self.plan.windows, times, w_prev))
+    }
+
+    fn step(
+        &mut self,
+        on_time: Vec<OnTime>,
+        w_prev: Option<EventTime>,
+        w: Option<EventTime>,
+    ) -> Result<StepOutput> {
+        self.ingest(on_time, w_prev)?;
+        let mut out = StepOutput::default();
+        // without a watermark yet (a source gave no row), nothing closes, but
+        // the pairs so far still show in Update and Complete modes
+        let target = w.unwrap_or_else(|| self.join.frontier());
+        let step = self
+            .join
+            .advance_to(target)
+            .map_err(|e| Error::dataflow(&self.view, e))?;
+        self.add_pairs(step.pairs);
+        let w = match w {
+            Some(w) => w,
+            None => EventTime::MIN,
+        };
+        let closing: Vec<Window> = self
+            .windows
+            .iter()
+            .copied()
+            .filter(|x| x.end <= w)
+            .collect();
+        out.windows_closed = closing.len() as u64;
+        match self.mode {
+            OutputMode::Append => {
+                for win in &closing {
+                    let res = self.eval_window(*win)?;
+                    out.batches.push(self.bounded(*win, &res, None)?);
+                    self.close(win);
+                }
+            }
+            OutputMode::Update => {
+                let dirty: Vec<Window> = self.dirty.iter().copied().filter(|x| x.end > w).collect();
+                for win in dirty {
+                    let res = self.eval_window(win)?;
+                    let emit = changed_rows(self.shown.get(&win), &res)?;
+                    out.batches.push(self.bounded(win, &emit, Some(false))?);
+                    self.shown.insert(win, res);
+                }
+                self.dirty.clear();
+                for win in &closing {
+                    let res = self.eval_window(*win)?;
+                    out.batches.push(self.bounded(*win, &res, Some(true))?);
+                    self.close(win);
+                }
+            }
+            OutputMode::Complete => {
+                for win in &closing {
+                    let res = self.eval_window(*win)?;
+                    self.closed_results.push(self.bounded(*win, &res, None)?);
+                    self.close(win);
+                }
+                out.batches.extend(self.closed_results.all());
+                let open: Vec<Window> = self.windows.iter().copied().collect();
+                for win in open {
+                    let res = self.eval_window(win)?;
+                    out.batches.push(self.bounded(win, &res, None)?);
+                }
+                self.dirty.clear();
+            }
+        }
+        out.batches.retain(|b| b.num_rows() > 0);
+        self.keys.reclaim(w);
+        for d in &mut self.rows {
+            d.reclaim(w);
+        }
+        Ok(out)
+    }
+
+    fn enable_checkpoints(&mut self) {}
+
+    fn export(&mut self, _want_full: bool) -> Result<Export> {
+        let rows = self
+            .join
+            .snapshot()
+            .map_err(|e| Error::dataflow(&self.view, e))?;
+        let mut files = vec![self.side_file(0, &rows)?, self.side_file(1, &rows)?];
+        let starts = Int64Array::from_iter_values(self.windows.iter().map(|x| x.start));
+        let ends = Int64Array::from_iter_values(self.windows.iter().map(|x| x.end));
+        let windows = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("window_start", DataType::Int64, false),
+                Field::new("window_end", DataType::Int64, false),
+            ])),
+            vec![Arc::new(starts), Arc::new(ends)],
+        )?;
+        files.push(StateFile::new(
+            WINDOWS_FILE,
+            0,
+            vec![windows],
+            EventTime::MAX,
+        ));
+        files.extend(self.closed_results.export(true));
+        Ok(Export {
+            files,
+            full: true,
+            deferred: None,
+        })
+    }
+
+    fn import(&mut self, w: Option<EventTime>, loaded: &thund_checkpoint::Loaded) -> Result<()> {
+        let at = w.unwrap_or(EventTime::MIN);
+        let bad = |what: &str, m: &str| Error::format(&self.view, format!("{what}: {m}"));
+        let int = |b: &RecordBatch, i: usize, what: &str| {
+            b.column(i)
+                .as_primitive_opt::<arrow::datatypes::Int64Type>()
+                .cloned()
+                .ok_or_else(|| bad(what, "expected Int64"))
+        };
+        self.keys = KeyDictionary::default();
+        self.rows = [KeyDictionary::default(), KeyDictionary::default()];
+        self.windows.clear();
+        for b in loaded.batches(WINDOWS_FILE) {
+            let (s, e) = (int(b, 0, WINDOWS_FILE)?, int(b, 1, WINDOWS_FILE)?);
+            for i in 0..b.num_rows() {
+                let win = Window::new(s.value(i), e.value(i));
+                if win.end > at {
+                    self.windows.insert(win);
+                }
+            }
+        }
+        let mut rows = Vec::new();
+        for (s, &what) in SIDE_FILES.iter().enumerate() {
+            let fields = self.plan.sides[s].fields.len();
+            for b in loaded.batches(what) {
+                if b.num_columns() != 3 + fields {
+                    return Err(bad(what, "unexpected columns"));
+                }
+                let (starts, ends, counts) = (int(b, 0, what)?, int(b, 1, what)?, int(b, 2, what)?);
+                let side_rows = batch_of(b.columns()[3..].to_vec(), b.num_rows())?;
+                let mut made = Vec::new();
+                // the side's rows once per stored (window, row), in that window
+                let n = side_rows.num_rows();
+                let side = &self.plan.sides[s];
+                let key_cols = side
+                    .keys
+                    .iter()
+                    .map(|e| e.evaluate(&side_rows).and_then(|v| v.into_array(n)))
+                    .collect::<datafusion::error::Result<Vec<_>>>()
+                    .map_err(|e| Error::eval(&self.view, e))?;
+                let key_rows = self.key_conv.convert_columns(&key_cols)?;
+                let row_rows = self.row_conv[s].convert_columns(side_rows.columns())?;
+                for i in 0..n {
+                    let window = Window::new(starts.value(i), ends.value(i));
+                    if window.end <= at || counts.value(i) <= 0 {
+                        return Err(bad(what, "a row of a closed window or without a count"));
+                    }
+                    made.push(JoinRow {
+                        side: if s == 0 { Side::Left } else { Side::Right },
+                        window,
+                        key: self.keys.intern(key_rows.row(i).as_ref(), window.end),
+                        row: self.rows[s].intern(row_rows.row(i).as_ref(), window.end),
+                        count: counts.value(i),
+                    });
+                }
+                rows.extend(made);
+            }
+        }
+        let (join, pairs) = WindowedJoin::restore_on(&self.cluster, at, rows)
+            .map_err(|e| Error::dataflow(&self.view, e))?;
+        self.join = join;
+        self.pairs.clear();
+        self.add_pairs(pairs);
+        self.closed_results =
+            ClosedResults::restored(loaded.batches(operator::COMPLETE_CLOSED).cloned().collect());
+        self.dirty.clear();
+        self.shown.clear();
+        if self.mode == OutputMode::Update {
+            // what each open window showed is its result over the restored rows
+            let open: Vec<Window> = self.windows.iter().copied().collect();
+            for win in open {
+                let res = self.eval_window(win)?;
+                self.shown.insert(win, res);
+            }
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> RuntimeStats {
+        let f = self.join.frontier();
+        RuntimeStats {
+            buffered_rows: 0,
+            // the dataflow's arrangements, and the pairs the host keeps per open window
+            state_records: Some(
+                self.join.state_size() + self.pairs.values().map(|p| p.len()).sum::<usize>(),
+            ),
+            frontier: (f != EventTime::MIN).then_some(f),
+        }
+    }
+}

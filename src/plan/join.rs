@@ -1,0 +1,414 @@
+//! Windowed inner equi-joins of two sources (Nexmark q8's shape): `FROM a
+//! JOIN b ON a.k = b.k [AND …]`, each side a chain of filters, projections
+//! and aliases over one source, and anything above the join that reads only
+//! its rows (a projection, a filter, an aggregate, `ORDER BY … LIMIT`).
+//!
+//! Per window, the view's SQL over the window's rows is the rest of the
+//! query over that window's join output. The join itself is maintained by
+//! the dataflow (`thund_dataflows::WindowedJoin`): each side's rows are
+//! arranged by (window, join key), and a step costs the pairs the new rows
+//! make, not the window. The rest runs per window on DataFusion over the
+//! window's pairs, with the join replaced by a scan of an in-memory table
+//! under a projection that gives each column back its qualified name; the
+//! join's non-equi conditions filter that table.
+
+use std::sync::Arc;
+
+use arrow::datatypes::DataType;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::logical_expr::{
+    BinaryExpr, Expr, ExprSchemable, JoinType, LogicalPlan, LogicalPlanBuilder, Operator,
+};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::prelude::SessionContext;
+use serde::{Deserialize, Serialize};
+
+use super::post::{replacement_for, sorted};
+use super::FallbackReason;
+use crate::paths::sql::live::LiveTable;
+use crate::window::TimeWindows;
+
+/// The name of the table that holds a window's join output.
+const JOINED: &str = "__thund_joined";
+
+/// The printable plan of an incremental windowed join.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinPlan {
+    /// The sources of the left and the right side.
+    pub sources: [String; 2],
+    /// Each side's steps from its source, bottom up, as DataFusion prints them.
+    pub sides: [Vec<String>; 2],
+    /// The equi-join keys, left and right, with their type.
+    pub keys: Vec<(String, String, String)>,
+    /// Window size, slide and offset (ms).
+    pub windows: (i64, i64, i64),
+    /// The rest of the query over a window's join output.
+    pub rest: String,
+}
+
+impl std::fmt::Display for JoinPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (size, slide, offset) = self.windows;
+        writeln!(
+            f,
+            "Incremental join of `{}` and `{}`",
+            self.sources[0], self.sources[1]
+        )?;
+        writeln!(
+            f,
+            "  windows: size {size} ms, slide {slide} ms, offset {offset} ms"
+        )?;
+        for (side, steps) in ["left", "right"].iter().zip(&self.sides) {
+            for s in steps {
+                writeln!(f, "  {side}: {s}")?;
+            }
+        }
+        for (l, r, t) in &self.keys {
+            writeln!(f, "  on:   {l} = {r} : {t}")?;
+        }
+        writeln!(
+            f,
+            "  state: each side's rows by (window, join key), in arrangements; pairs per open window"
+        )?;
+        writeln!(f, "  per window, over the join's output:")?;
+        for line in self.rest.lines() {
+            writeln!(f, "    {line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One step of a side, bottom up: what the host evaluates on a source's batch.
+pub(crate) enum SideStep {
+    /// Keep the rows where the predicate holds.
+    Filter(Arc<dyn PhysicalExpr>),
+    /// Compute these columns (the step's output, in order).
+    Project(Vec<Arc<dyn PhysicalExpr>>),
+}
+
+/// What the host evaluates for one side of the join.
+pub(crate) struct CompiledSide {
+    /// The source's name.
+    pub source: String,
+    /// From the source's batch to the side's rows.
+    pub steps: Vec<SideStep>,
+    /// The join keys over the side's rows.
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// The side's row type (the join input's columns).
+    pub fields: Vec<DataType>,
+}
+
+/// What the incremental join runs.
+pub(crate) struct CompiledJoin {
+    pub sides: [CompiledSide; 2],
+    /// The join keys' types (equal on both sides).
+    pub key_types: Vec<DataType>,
+    /// Whether NULL keys meet (`IS NOT DISTINCT FROM`).
+    pub nulls_meet: bool,
+    pub windows: TimeWindows,
+    /// The type of the window bounds.
+    pub bound: DataType,
+    /// The rest of the query, reading the join's output from `table`.
+    pub rest: LogicalPlan,
+    /// The table of a window's join output (left columns, then right).
+    pub table: Arc<LiveTable>,
+}
+
+/// The reason a query that holds a join stays on recompute.
+fn shape(what: impl Into<String>) -> FallbackReason {
+    FallbackReason::JoinShape { what: what.into() }
+}
+
+/// The one join of `plan`, if it holds exactly one.
+fn the_join(plan: &LogicalPlan) -> Result<Option<LogicalPlan>, FallbackReason> {
+    let (mut joins, mut scans, mut unordered_limit) = (Vec::new(), 0usize, false);
+    plan.apply_with_subqueries(|p| {
+        match p {
+            LogicalPlan::Join(_) => joins.push(p.clone()),
+            LogicalPlan::TableScan(_) => scans += 1,
+            LogicalPlan::Limit(l) => unordered_limit |= !sorted(&l.input),
+            _ => {}
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| shape(e.to_string()))?;
+    match joins.len() {
+        0 => Ok(None),
+        1 if scans == 2 && !unordered_limit => Ok(joins.pop()),
+        1 if unordered_limit => Err(shape("a LIMIT without ORDER BY reads the join")),
+        1 => Err(shape(
+            "the query reads a source outside the join (each side must be one source)",
+        )),
+        _ => Err(shape("the query holds more than one join")),
+    }
+}
+
+/// A side: filters, projections and aliases over one scan; its steps
+/// compiled bottom up, and its source.
+fn side(
+    p: &LogicalPlan,
+    ctx: &SessionContext,
+    steps: &mut Vec<SideStep>,
+    shown: &mut Vec<String>,
+) -> Result<String, FallbackReason> {
+    let compile = |e: &Expr, input: &LogicalPlan| {
+        ctx.create_physical_expr(e.clone(), input.schema())
+            .map_err(|err| FallbackReason::CannotCompile {
+                detail: format!("`{e}`: {err}"),
+            })
+    };
+    let subquery = |e: &Expr| {
+        let mut found = false;
+        let _ = e.apply(|x| {
+            found |= matches!(
+                x,
+                Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_)
+            );
+            Ok(TreeNodeRecursion::Continue)
+        });
+        found
+    };
+    match p {
+        LogicalPlan::TableScan(t) => {
+            if !t.filters.is_empty() || t.fetch.is_some() {
+                return Err(shape("a side's scan is filtered or limited"));
+            }
+            if let Some(cols) = &t.projection {
+                let schema = t.source.schema();
+                let exprs = cols
+                    .iter()
+                    .map(|&i| {
+                        datafusion::physical_expr::expressions::col(schema.field(i).name(), &schema)
+                            .map_err(|err| FallbackReason::CannotCompile {
+                                detail: err.to_string(),
+                            })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                steps.push(SideStep::Project(exprs));
+            }
+            Ok(t.table_name.table().to_string())
+        }
+        LogicalPlan::SubqueryAlias(a) => side(&a.input, ctx, steps, shown),
+        LogicalPlan::Filter(f) => {
+            let source = side(&f.input, ctx, steps, shown)?;
+            if subquery(&f.predicate) {
+                return Err(FallbackReason::SubqueryInPredicate);
+            }
+            steps.push(SideStep::Filter(compile(&f.predicate, &f.input)?));
+            shown.push(format!("WHERE {}", f.predicate));
+            Ok(source)
+        }
+        LogicalPlan::Projection(pr) => {
+            let source = side(&pr.input, ctx, steps, shown)?;
+            if pr.expr.iter().any(subquery) {
+                return Err(FallbackReason::SubqueryInSelect);
+            }
+            let exprs = pr
+                .expr
+                .iter()
+                .map(|e| compile(e, &pr.input))
+                .collect::<Result<Vec<_>, _>>()?;
+            steps.push(SideStep::Project(exprs));
+            let list: Vec<String> = pr.expr.iter().map(|e| e.to_string()).collect();
+            shown.push(format!("SELECT {}", list.join(", ")));
+            Ok(source)
+        }
+        other => {
+            let node = other.display().to_string();
+            let name = node.split(':').next().unwrap_or_default().to_string();
+            Err(shape(format!(
+                "a side reads more than filters and projections of one source ({name})"
+            )))
+        }
+    }
+}
+
+/// The conjuncts of `e`.
+fn conjuncts(e: &Expr, out: &mut Vec<Expr>) {
+    match e {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::And,
+            right,
+        }) => {
+            conjuncts(left, out);
+            conjuncts(right, out);
+        }
+        other => out.push(other.clone()),
+    }
+}
+
+/// Whether every column `e` reads is in `p`'s schema (and it reads one).
+fn reads_only(e: &Expr, p: &LogicalPlan) -> bool {
+    let cols = e.column_refs();
+    !cols.is_empty() && cols.iter().all(|c| p.schema().has_column(c))
+}
+
+/// Compile a query with one join of two sources, or say why not (`Ok(None)`:
+/// the query holds no join).
+pub(crate) fn compile(
+    plan: &LogicalPlan,
+    ctx: &SessionContext,
+    windows: TimeWindows,
+    bound: &DataType,
+) -> Result<Option<(JoinPlan, CompiledJoin)>, FallbackReason> {
+    let Some(node) = the_join(plan)? else {
+        return Ok(None);
+    };
+    let LogicalPlan::Join(join) = &node else {
+        return Ok(None);
+    };
+    if join.join_type != JoinType::Inner {
+        return Err(shape(format!(
+            "a {} join keeps rows without a match",
+            join.join_type
+        )));
+    }
+    // equi-conditions, from `on` and from the filter's conjuncts
+    let mut on: Vec<(Expr, Expr)> = join.on.clone();
+    let mut residual: Vec<Expr> = Vec::new();
+    let mut parts = Vec::new();
+    if let Some(f) = &join.filter {
+        conjuncts(f, &mut parts);
+    }
+    for c in parts {
+        match &c {
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::Eq,
+                right,
+            }) if reads_only(left, &join.left) && reads_only(right, &join.right) => {
+                on.push((left.as_ref().clone(), right.as_ref().clone()))
+            }
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::Eq,
+                right,
+            }) if reads_only(right, &join.left) && reads_only(left, &join.right) => {
+                on.push((right.as_ref().clone(), left.as_ref().clone()))
+            }
+            _ => residual.push(c),
+        }
+    }
+    if on.is_empty() {
+        return Err(shape("the join has no equality between its sides"));
+    }
+    let nulls_meet = matches!(
+        join.null_equality,
+        datafusion::common::NullEquality::NullEqualsNull
+    );
+    let mut compiled_sides = Vec::new();
+    let mut sources = Vec::new();
+    let mut shown_sides = Vec::new();
+    let mut key_types: Vec<DataType> = Vec::new();
+    let mut keys_shown = Vec::new();
+    for (i, input) in [&join.left, &join.right].into_iter().enumerate() {
+        let (mut steps, mut shown) = (Vec::new(), Vec::new());
+        let source = side(input, ctx, &mut steps, &mut shown)?;
+        let schema = input.schema();
+        let mut keys = Vec::new();
+        for (j, pair) in on.iter().enumerate() {
+            let e = if i == 0 { &pair.0 } else { &pair.1 };
+            let dt = e
+                .get_type(schema)
+                .map_err(|err| FallbackReason::CannotCompile {
+                    detail: format!("`{e}`: {err}"),
+                })?;
+            if dt.is_floating() {
+                return Err(shape(format!(
+                    "join key `{e}` is a float (-0.0 = 0.0 in SQL, not in a key's bytes)"
+                )));
+            }
+            if i == 0 {
+                key_types.push(dt);
+            } else if key_types[j] != dt {
+                return Err(shape(format!(
+                    "join keys `{}` and `{e}` differ in type ({} and {dt})",
+                    pair.0, key_types[j]
+                )));
+            }
+            keys.push(ctx.create_physical_expr(e.clone(), schema).map_err(|err| {
+                FallbackReason::CannotCompile {
+                    detail: format!("`{e}`: {err}"),
+                }
+            })?);
+        }
+        let fields: Vec<DataType> = schema
+            .fields()
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect();
+        let encodable = |types: &[DataType]| {
+            arrow::row::RowConverter::new(
+                types
+                    .iter()
+                    .map(|t| arrow::row::SortField::new(t.clone()))
+                    .collect(),
+            )
+            .is_ok()
+        };
+        if !encodable(&fields) {
+            return Err(shape(format!(
+                "the rows of side `{source}` cannot be encoded"
+            )));
+        }
+        shown_sides.push(shown);
+        sources.push(source.clone());
+        compiled_sides.push(CompiledSide {
+            source,
+            steps,
+            keys,
+            fields,
+        });
+    }
+    for ((l, r), t) in on.iter().zip(&key_types) {
+        keys_shown.push((l.to_string(), r.to_string(), t.to_string()));
+    }
+    // the rest: the join replaced by its output's table, filtered by the
+    // join's other conditions
+    let (table, replacement) = replacement_for(&node, JOINED)
+        .ok_or_else(|| shape("the join's output cannot be read back under its qualified names"))?;
+    let replacement = match residual.into_iter().reduce(|a, b| a.and(b)) {
+        Some(cond) => LogicalPlanBuilder::from(replacement)
+            .filter(cond)
+            .and_then(|b| b.build())
+            .map_err(|e| shape(format!("the join's conditions: {e}")))?,
+        None => replacement,
+    };
+    let rest = plan
+        .clone()
+        .transform_up_with_subqueries(|p| {
+            Ok(if p == node {
+                Transformed::yes(replacement.clone())
+            } else {
+                Transformed::no(p)
+            })
+        })
+        .map_err(|e| shape(e.to_string()))?
+        .data;
+    let [left, right]: [CompiledSide; 2] = compiled_sides
+        .try_into()
+        .map_err(|_| shape("a join of other than two sides"))?;
+    let [ls, rs]: [Vec<String>; 2] = shown_sides
+        .try_into()
+        .map_err(|_| shape("a join of other than two sides"))?;
+    let printable = JoinPlan {
+        sources: [sources[0].clone(), sources[1].clone()],
+        sides: [ls, rs],
+        keys: keys_shown,
+        windows: (windows.size(), windows.slide(), windows.offset()),
+        rest: rest.display_indent().to_string(),
+    };
+    Ok(Some((
+        printable,
+        CompiledJoin {
+            sides: [left, right],
+            key_types,
+            nulls_meet,
+            windows,
+            bound: bound.clone(),
+            rest,
+            table,
+        },
+    )))
+}
