@@ -96,6 +96,10 @@ pub(crate) struct CompiledSide {
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
     /// The side's row type (the join input's columns).
     pub fields: Vec<DataType>,
+    /// The columns the query reads (above the join, in its conditions):
+    /// only these are kept; the others read as NULL (or their type's
+    /// default where not nullable) and nothing reads them.
+    pub keep: Vec<usize>,
 }
 
 /// What the incremental join runs.
@@ -244,6 +248,32 @@ fn reads_only(e: &Expr, p: &LogicalPlan) -> bool {
     !cols.is_empty() && cols.iter().all(|c| p.schema().has_column(c))
 }
 
+/// The columns `plan` reads above the join `node` and in its conditions `on`
+/// and filter (not inside its sides).
+fn columns_read(
+    plan: &LogicalPlan,
+    node: &LogicalPlan,
+    on: &[(Expr, Expr)],
+) -> Vec<datafusion::common::Column> {
+    let mut out = Vec::new();
+    let mut add = |e: &Expr| out.extend(e.column_refs().into_iter().cloned());
+    let _ = plan.apply_with_subqueries(|p| {
+        if p == node {
+            if let LogicalPlan::Join(j) = p {
+                j.filter.iter().for_each(&mut add);
+            }
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        p.expressions().iter().for_each(&mut add);
+        Ok(TreeNodeRecursion::Continue)
+    });
+    for (l, r) in on {
+        add(l);
+        add(r);
+    }
+    out
+}
+
 /// Compile a query with one join of two sources, or say why not (`Ok(None)`:
 /// the query holds no join).
 pub(crate) fn compile(
@@ -293,6 +323,7 @@ pub(crate) fn compile(
     if on.is_empty() {
         return Err(shape("the join has no equality between its sides"));
     }
+    let read = columns_read(plan, &node, &on);
     let nulls_meet = matches!(
         join.null_equality,
         datafusion::common::NullEquality::NullEqualsNull
@@ -338,6 +369,21 @@ pub(crate) fn compile(
             .iter()
             .map(|f| f.data_type().clone())
             .collect();
+        let keep: Vec<usize> = schema
+            .iter()
+            .enumerate()
+            .filter(|(_, (q, f))| {
+                read.iter().any(|c| {
+                    c.name == *f.name()
+                        && match (&c.relation, q) {
+                            (Some(r), Some(q)) => r == *q,
+                            _ => true,
+                        }
+                })
+            })
+            .map(|(j, _)| j)
+            .collect();
+        let kept: Vec<DataType> = keep.iter().map(|&j| fields[j].clone()).collect();
         let encodable = |types: &[DataType]| {
             arrow::row::RowConverter::new(
                 types
@@ -347,7 +393,7 @@ pub(crate) fn compile(
             )
             .is_ok()
         };
-        if !encodable(&fields) {
+        if !encodable(&kept) {
             return Err(shape(format!(
                 "the rows of side `{source}` cannot be encoded"
             )));
@@ -359,6 +405,7 @@ pub(crate) fn compile(
             steps,
             keys,
             fields,
+            keep,
         });
     }
     for ((l, r), t) in on.iter().zip(&key_types) {

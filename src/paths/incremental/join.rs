@@ -87,6 +87,11 @@ fn converter(types: &[DataType]) -> Result<RowConverter> {
     )?)
 }
 
+/// The types of the columns a side keeps.
+fn kept_types(side: &CompiledSide) -> Vec<DataType> {
+    side.keep.iter().map(|&j| side.fields[j].clone()).collect()
+}
+
 /// A schema of columns `c0…` of these types (all nullable).
 fn schema_of(types: &[DataType]) -> SchemaRef {
     Arc::new(Schema::new(
@@ -141,8 +146,8 @@ impl JoinView {
         let out = output_schema(&eval.out_schema, Some(&plan.bound), mode);
         let key_conv = converter(&plan.key_types)?;
         let row_conv = [
-            converter(&plan.sides[0].fields)?,
-            converter(&plan.sides[1].fields)?,
+            converter(&kept_types(&plan.sides[0]))?,
+            converter(&kept_types(&plan.sides[1]))?,
         ];
         let join = WindowedJoin::spawn_on(&cluster).map_err(|e| Error::dataflow(view, e))?;
         Ok(JoinView {
@@ -230,7 +235,8 @@ impl JoinView {
             .collect::<datafusion::error::Result<Vec<_>>>()
             .map_err(|e| Error::eval(&self.view, e))?;
         let key_rows = self.key_conv.convert_columns(&key_cols)?;
-        let row_rows = self.row_conv[s].convert_columns(rows.columns())?;
+        let kept: Vec<ArrayRef> = side.keep.iter().map(|&j| rows.column(j).clone()).collect();
+        let row_rows = self.row_conv[s].convert_columns(&kept)?;
         let side_of = if s == 0 { Side::Left } else { Side::Right };
         let floor = w_prev.unwrap_or(EventTime::MIN);
         for i in 0..n {
@@ -303,13 +309,19 @@ impl JoinView {
             }
         }
         let n = left.len();
+        let schema = self.table.schema();
         let mut cols: Vec<ArrayRef> = Vec::new();
         for (s, ids) in [left, right].iter().enumerate() {
             let parser = self.row_conv[s].parser();
             let rows = ids.iter().map(|&id| parser.parse(self.rows[s].bytes(id)));
-            cols.extend(self.row_conv[s].convert_rows(rows)?);
+            let kept = self.row_conv[s].convert_rows(rows)?;
+            let at = if s == 0 {
+                0
+            } else {
+                self.plan.sides[0].fields.len()
+            };
+            cols.extend(self.widen(s, kept, n, |j| schema.field(at + j).clone())?);
         }
-        let schema = self.table.schema();
         let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
         let batch = RecordBatch::try_new_with_options(schema, cols, &options)?;
         self.eval.run_prepared(
@@ -318,6 +330,38 @@ impl JoinView {
             vec![vec![batch]],
             Some(win),
         )
+    }
+
+    /// A side's kept columns `kept` (`n` rows) as all its columns: those
+    /// nothing reads are NULL, or their type's default where `field(j)` is
+    /// not nullable.
+    fn widen(
+        &self,
+        s: usize,
+        kept: Vec<ArrayRef>,
+        n: usize,
+        field: impl Fn(usize) -> Field,
+    ) -> Result<Vec<ArrayRef>> {
+        let side = &self.plan.sides[s];
+        let mut kept = kept.into_iter();
+        let mut out = Vec::with_capacity(side.fields.len());
+        for j in 0..side.fields.len() {
+            if side.keep.contains(&j) {
+                out.push(kept.next().ok_or_else(|| {
+                    Error::internal(&self.view, "a join side lost a kept column")
+                })?);
+                continue;
+            }
+            let f = field(j);
+            out.push(if f.is_nullable() {
+                arrow::array::new_null_array(f.data_type(), n)
+            } else {
+                datafusion::common::ScalarValue::new_default(f.data_type())
+                    .and_then(|v| v.to_array_of_size(n))
+                    .map_err(|e| Error::eval(&self.view, e))?
+            });
+        }
+        Ok(out)
     }
 
     fn bounded(&self, win: Window, res: &RecordBatch, fin: Option<bool>) -> Result<RecordBatch> {
@@ -352,7 +396,7 @@ impl JoinView {
             Field::new("count", DataType::Int64, false),
         ];
         fields.extend(
-            schema_of(&self.plan.sides[s].fields)
+            schema_of(&kept_types(&self.plan.sides[s]))
                 .fields()
                 .iter()
                 .map(|f| f.as_ref().clone()),
@@ -509,16 +553,21 @@ impl ViewRuntime for JoinView {
         }
         let mut rows = Vec::new();
         for (s, &what) in SIDE_FILES.iter().enumerate() {
-            let fields = self.plan.sides[s].fields.len();
+            let fields = self.plan.sides[s].keep.len();
             for b in loaded.batches(what) {
                 if b.num_columns() != 3 + fields {
                     return Err(bad(what, "unexpected columns"));
                 }
                 let (starts, ends, counts) = (int(b, 0, what)?, int(b, 1, what)?, int(b, 2, what)?);
-                let side_rows = batch_of(b.columns()[3..].to_vec(), b.num_rows())?;
+                let kept = b.columns()[3..].to_vec();
+                let n = b.num_rows();
+                let types = &self.plan.sides[s].fields;
+                let wide = self.widen(s, kept.clone(), n, |j| {
+                    Field::new(format!("c{j}"), types[j].clone(), true)
+                })?;
+                let side_rows = batch_of(wide, n)?;
                 let mut made = Vec::new();
                 // the side's rows once per stored (window, row), in that window
-                let n = side_rows.num_rows();
                 let side = &self.plan.sides[s];
                 let key_cols = side
                     .keys
@@ -527,7 +576,7 @@ impl ViewRuntime for JoinView {
                     .collect::<datafusion::error::Result<Vec<_>>>()
                     .map_err(|e| Error::eval(&self.view, e))?;
                 let key_rows = self.key_conv.convert_columns(&key_cols)?;
-                let row_rows = self.row_conv[s].convert_columns(side_rows.columns())?;
+                let row_rows = self.row_conv[s].convert_columns(&kept)?;
                 for i in 0..n {
                     let window = Window::new(starts.value(i), ends.value(i));
                     if window.end <= at || counts.value(i) <= 0 {

@@ -16,7 +16,8 @@ pub const BASE_TIME: u64 = 1_700_000_000_000;
 
 /// The query files, by name, in the order of the Nexmark suite.
 pub const QUERIES: &[&str] = &[
-    "q0", "q1", "q2", "q4", "q5", "q7", "q8", "q11", "q12", "q15", "q16", "q17", "q18", "q19",
+    "q0", "q1", "q2", "q4", "q5", "q7", "q8", "q8_pairs", "q11", "q12", "q15", "q16", "q17", "q18",
+    "q19",
 ];
 
 /// Query `name`'s DDL text (`benches/nexmark/{name}.sql`).
