@@ -17,7 +17,9 @@
 //! most bids per window (Nexmark q5's shape: an aggregate, then a query over
 //! its groups), the bids holding each window's highest price (q7's shape) and
 //! the two highest bids per auction (q19's, `ROW_NUMBER() … <= 2`): rows
-//! ranked by the host, only candidates reaching the dataflow. Then session windows
+//! ranked by the host, only candidates reaching the dataflow; and a windowed
+//! self-join (each bid with the later bids of its auction at the same price),
+//! aggregated per auction. Then session windows
 //! (gap 10 s), over at most 200 000 rows (the recompute path evaluates each
 //! dirty session on its own): by auction (a bid every 2 s per auction: each
 //! session runs on for the whole stream, its panes carried forward) and by
@@ -91,6 +93,11 @@ const SHAPES: &[(&str, &str)] = &[
         "SELECT auction, price, ts, rn FROM (SELECT auction, price, ts, \
          ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC, ts) AS rn FROM bids) AS x \
          WHERE rn <= 2",
+    ),
+    (
+        "self-join, repeated prices",
+        "SELECT x.auction, COUNT(*) AS repeats, MAX(y.ts) AS last FROM bids x JOIN bids y \
+         ON x.auction = y.auction AND x.price = y.price WHERE x.ts < y.ts GROUP BY x.auction",
     ),
 ];
 /// Session-window views, by name, with their key (gap 10 s).

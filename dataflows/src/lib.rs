@@ -26,7 +26,8 @@
 //!                        from it with WindowedAggregate::restore()
 //! ```
 //!
-//! This crate is the incremental path: windowed grouped aggregates, maintained incrementally
+//! This crate is the incremental path: windowed grouped aggregates (and windowed equi-joins,
+//! [`WindowedJoin`]), maintained incrementally
 //! on timely/differential dataflow, with event time as the dataflow's time. It renders what
 //! the root crate hands it, and knows no SQL and no Arrow. Inside it:
 //!
@@ -77,10 +78,13 @@
 //!
 //! The source is laid out by concept:
 //!
-//! * `host/`: the handle the root crate drives ([`WindowedAggregate`], `host/handle.rs`) and
-//!   the worker threads' command loop (`host/worker.rs`);
+//! * `host/`: the handles the root crate drives ([`WindowedAggregate`], `host/handle.rs`;
+//!   [`WindowedJoin`], `host/join.rs`) and the worker threads' command loop
+//!   (`host/worker.rs`);
 //! * `render/`: one file per operator family, building its dataflow in a worker
-//!   (`render/aggregate.rs`: the windowed aggregate);
+//!   (`render/aggregate.rs`: the windowed aggregate; `render/join.rs`: the windowed
+//!   inner equi-join of two inputs by `(window, join key)`, whose closed windows' rows the
+//!   worker retracts from both traces);
 //! * `operators/`: the dataflow's operators, one per file (`collect.rs`);
 //! * `state/`: the state types: aggregate kinds and states (`agg.rs`), the difference type
 //!   (`diff.rs`), the worker's open-window table (`open.rs`) and pre-aggregation

@@ -16,9 +16,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::DataType;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::logical_expr::{
-    BinaryExpr, Expr, ExprSchemable, JoinType, LogicalPlan, LogicalPlanBuilder, Operator,
-};
+use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, JoinType, LogicalPlan, Operator};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
@@ -40,6 +38,10 @@ pub struct JoinPlan {
     pub sides: [Vec<String>; 2],
     /// The equi-join keys, left and right, with their type.
     pub keys: Vec<(String, String, String)>,
+    /// The columns of each side the query reads (the only ones kept).
+    pub keeps: [Vec<String>; 2],
+    /// The conditions each new pair must meet to be kept.
+    pub pair_filter: Option<String>,
     /// Window size, slide and offset (ms).
     pub windows: (i64, i64, i64),
     /// The rest of the query over a window's join output.
@@ -65,6 +67,12 @@ impl std::fmt::Display for JoinPlan {
         }
         for (l, r, t) in &self.keys {
             writeln!(f, "  on:   {l} = {r} : {t}")?;
+        }
+        for (side, keeps) in ["left", "right"].iter().zip(&self.keeps) {
+            writeln!(f, "  {side} keeps: {}", keeps.join(", "))?;
+        }
+        if let Some(cond) = &self.pair_filter {
+            writeln!(f, "  pairs kept where: {cond}")?;
         }
         writeln!(
             f,
@@ -116,6 +124,31 @@ pub(crate) struct CompiledJoin {
     pub rest: LogicalPlan,
     /// The table of a window's join output (left columns, then right).
     pub table: Arc<LiveTable>,
+    /// The join's other conditions and the filters right above it, over the
+    /// table's columns: a pair that fails them is not kept.
+    pub pair_filter: Option<Arc<dyn PhysicalExpr>>,
+    /// Whether the rest maps each pair to rows on its own (projections and
+    /// filters only): then a window's new rows are the rest over its new
+    /// pairs, which Update mode emits without evaluating the window.
+    pub row_wise: bool,
+}
+
+/// Whether `rest` only projects and filters rows (no aggregate, sort,
+/// limit, distinct, window function or subquery).
+fn row_wise(rest: &LogicalPlan) -> bool {
+    let mut ok = true;
+    let _ = rest.apply_with_subqueries(|p| {
+        ok &= matches!(
+            p,
+            LogicalPlan::Projection(_)
+                | LogicalPlan::Filter(_)
+                | LogicalPlan::SubqueryAlias(_)
+                | LogicalPlan::TableScan(_)
+        );
+        ok &= !p.expressions().iter().any(has_subquery);
+        Ok(TreeNodeRecursion::Continue)
+    });
+    ok
 }
 
 /// The reason a query that holds a join stays on recompute.
@@ -161,17 +194,6 @@ fn side(
                 detail: format!("`{e}`: {err}"),
             })
     };
-    let subquery = |e: &Expr| {
-        let mut found = false;
-        let _ = e.apply(|x| {
-            found |= matches!(
-                x,
-                Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_)
-            );
-            Ok(TreeNodeRecursion::Continue)
-        });
-        found
-    };
     match p {
         LogicalPlan::TableScan(t) => {
             if !t.filters.is_empty() || t.fetch.is_some() {
@@ -195,7 +217,7 @@ fn side(
         LogicalPlan::SubqueryAlias(a) => side(&a.input, ctx, steps, shown),
         LogicalPlan::Filter(f) => {
             let source = side(&f.input, ctx, steps, shown)?;
-            if subquery(&f.predicate) {
+            if has_subquery(&f.predicate) {
                 return Err(FallbackReason::SubqueryInPredicate);
             }
             steps.push(SideStep::Filter(compile(&f.predicate, &f.input)?));
@@ -204,7 +226,7 @@ fn side(
         }
         LogicalPlan::Projection(pr) => {
             let source = side(&pr.input, ctx, steps, shown)?;
-            if pr.expr.iter().any(subquery) {
+            if pr.expr.iter().any(has_subquery) {
                 return Err(FallbackReason::SubqueryInSelect);
             }
             let exprs = pr
@@ -225,6 +247,19 @@ fn side(
             )))
         }
     }
+}
+
+/// Whether `e` holds a subquery.
+fn has_subquery(e: &Expr) -> bool {
+    let mut found = false;
+    let _ = e.apply(|x| {
+        found |= matches!(
+            x,
+            Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_)
+        );
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
 }
 
 /// The conjuncts of `e`.
@@ -331,6 +366,7 @@ pub(crate) fn compile(
     let mut compiled_sides = Vec::new();
     let mut sources = Vec::new();
     let mut shown_sides = Vec::new();
+    let mut keeps: Vec<Vec<String>> = Vec::new();
     let mut key_types: Vec<DataType> = Vec::new();
     let mut keys_shown = Vec::new();
     for (i, input) in [&join.left, &join.right].into_iter().enumerate() {
@@ -398,6 +434,17 @@ pub(crate) fn compile(
                 "the rows of side `{source}` cannot be encoded"
             )));
         }
+        keeps.push(
+            keep.iter()
+                .map(|&j| {
+                    let (q, f) = schema.qualified_field(j);
+                    match q {
+                        Some(q) => format!("{q}.{}", f.name()),
+                        None => f.name().to_string(),
+                    }
+                })
+                .collect::<Vec<_>>(),
+        );
         shown_sides.push(shown);
         sources.push(source.clone());
         compiled_sides.push(CompiledSide {
@@ -411,19 +458,33 @@ pub(crate) fn compile(
     for ((l, r), t) in on.iter().zip(&key_types) {
         keys_shown.push((l.to_string(), r.to_string(), t.to_string()));
     }
-    // the rest: the join replaced by its output's table, filtered by the
-    // join's other conditions
+    // the join's other conditions and the filters right above it hold per
+    // pair: the host applies them to each new pair and keeps those that pass;
+    // the rest reads the join's output's table of kept pairs
+    let mut pair_filters: Vec<Expr> = residual;
+    let unfiltered = plan
+        .clone()
+        .transform_up(|p| match &p {
+            LogicalPlan::Filter(f) if *f.input == node && !has_subquery(&f.predicate) => {
+                pair_filters.push(f.predicate.clone());
+                Ok(Transformed::yes(f.input.as_ref().clone()))
+            }
+            _ => Ok(Transformed::no(p)),
+        })
+        .map_err(|e| shape(e.to_string()))?
+        .data;
     let (table, replacement) = replacement_for(&node, JOINED)
         .ok_or_else(|| shape("the join's output cannot be read back under its qualified names"))?;
-    let replacement = match residual.into_iter().reduce(|a, b| a.and(b)) {
-        Some(cond) => LogicalPlanBuilder::from(replacement)
-            .filter(cond)
-            .and_then(|b| b.build())
-            .map_err(|e| shape(format!("the join's conditions: {e}")))?,
-        None => replacement,
+    let pair_filter = match pair_filters.iter().cloned().reduce(|a, b| a.and(b)) {
+        Some(cond) => Some(
+            ctx.create_physical_expr(cond.clone(), replacement.schema())
+                .map_err(|err| FallbackReason::CannotCompile {
+                    detail: format!("`{cond}`: {err}"),
+                })?,
+        ),
+        None => None,
     };
-    let rest = plan
-        .clone()
+    let rest = unfiltered
         .transform_up_with_subqueries(|p| {
             Ok(if p == node {
                 Transformed::yes(replacement.clone())
@@ -443,6 +504,12 @@ pub(crate) fn compile(
         sources: [sources[0].clone(), sources[1].clone()],
         sides: [ls, rs],
         keys: keys_shown,
+        keeps: [keeps[0].clone(), keeps[1].clone()],
+        pair_filter: pair_filters
+            .iter()
+            .cloned()
+            .reduce(|a, b| a.and(b))
+            .map(|e| e.to_string()),
         windows: (windows.size(), windows.slide(), windows.offset()),
         rest: rest.display_indent().to_string(),
     };
@@ -454,6 +521,8 @@ pub(crate) fn compile(
             nulls_meet,
             windows,
             bound: bound.clone(),
+            row_wise: row_wise(&rest),
+            pair_filter,
             rest,
             table,
         },

@@ -13,7 +13,12 @@ use crate::common::rng;
 use rng::SplitMix;
 
 fn write_input(dir: &Path, rows: usize) -> std::path::PathBuf {
-    let mut r = SplitMix::new(99);
+    write_source(dir, "bids", rows, 99)
+}
+
+/// A CSV of `rows` random `auction,price,ts` rows (seeded), `{name}.csv`.
+fn write_source(dir: &Path, name: &str, rows: usize, seed: u64) -> std::path::PathBuf {
+    let mut r = SplitMix::new(seed);
     let mut s = String::from("auction,price,ts\n");
     let mut t = 0i64;
     for _ in 0..rows {
@@ -25,7 +30,7 @@ fn write_input(dir: &Path, rows: usize) -> std::path::PathBuf {
             t - r.below(2500) as i64
         ));
     }
-    let p = dir.join("bids.csv");
+    let p = dir.join(format!("{name}.csv"));
     std::fs::write(&p, s).expect("input");
     p
 }
@@ -68,13 +73,24 @@ fn crash_until_done(sql: &str, mode: &str, output: &str, seed: u64, window: &str
 /// Runs `thund run {flag} {spec}` over `input` once cleanly, then killed
 /// and restarted until done: both outputs must be equal.
 fn killed_runs_equal_a_clean_one(dir: &Path, input: &Path, flag: &str, spec: &Path, seed: u64) {
+    killed_runs_over_inputs_equal_a_clean_one(dir, &[("bids", input)], flag, spec, seed)
+}
+
+/// [`killed_runs_equal_a_clean_one`] over several sources' inputs.
+fn killed_runs_over_inputs_equal_a_clean_one(
+    dir: &Path,
+    inputs: &[(&str, &Path)],
+    flag: &str,
+    spec: &Path,
+    seed: u64,
+) {
     let base = |out: &Path| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_thund"));
-        c.args(["run", "--rows-per-trigger", "40", flag])
-            .arg(spec)
-            .arg("--input")
-            .arg(format!("bids={}", input.display()))
-            .arg("--output")
+        c.args(["run", "--rows-per-trigger", "40", flag]).arg(spec);
+        for (name, input) in inputs {
+            c.arg("--input").arg(format!("{name}={}", input.display()));
+        }
+        c.arg("--output")
             .arg(out)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -234,4 +250,49 @@ fn killed_sql_pipeline_runs_resume_exactly() {
     )
     .expect("pipeline");
     killed_runs_equal_a_clean_one(dir.path(), &input, "--sql", &sql, 7);
+}
+
+/// A windowed join of two sources (bids against asks of the same auction in
+/// the same hopping window, then aggregated), written in SQL DDL, on the
+/// incremental path in Update mode: each source resumes from its own offset.
+#[test]
+fn killed_join_runs_resume_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bids = write_source(dir.path(), "bids", 6000, 99);
+    let asks = write_source(dir.path(), "asks", 1500, 7);
+    let sql = dir.path().join("p.sql");
+    std::fs::write(
+        &sql,
+        "CREATE SOURCE bids (auction BIGINT, price BIGINT, ts BIGINT,\n\
+           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);\n\
+         CREATE SOURCE asks (auction BIGINT, price BIGINT, ts BIGINT,\n\
+           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);\n\
+         CREATE VIEW v WITH (output = 'update') AS\n\
+           SELECT b.auction, b.window_start, b.window_end, COUNT(*) AS pairs,\n\
+             MAX(b.price - a.price) AS spread\n\
+           FROM HOP(bids, ts, INTERVAL '3' SECOND, INTERVAL '6' SECOND) AS b\n\
+           JOIN HOP(asks, ts, INTERVAL '3' SECOND, INTERVAL '6' SECOND) AS a\n\
+           ON b.auction = a.auction AND b.window_start = a.window_start\n\
+             AND b.window_end = a.window_end\n\
+           WHERE b.price >= a.price\n\
+           GROUP BY b.auction, b.window_start, b.window_end;\n",
+    )
+    .expect("pipeline");
+    let explain = Command::new(env!("CARGO_BIN_EXE_thund"))
+        .args(["explain", "--sql"])
+        .arg(&sql)
+        .output()
+        .expect("explain");
+    let text = String::from_utf8_lossy(&explain.stdout);
+    assert!(
+        text.contains("Incremental join of `bids` and `asks`"),
+        "{text}"
+    );
+    killed_runs_over_inputs_equal_a_clean_one(
+        dir.path(),
+        &[("bids", &bids), ("asks", &asks)],
+        "--sql",
+        &sql,
+        8,
+    );
 }

@@ -297,17 +297,57 @@ impl JoinView {
 
     /// The rest of the query over window `win`'s join output.
     fn eval_window(&self, win: Window) -> Result<RecordBatch> {
-        let (mut left, mut right): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
-        if let Some(pairs) = self.pairs.get(&win) {
-            let mut sorted: Vec<(&(u64, u64), &i64)> = pairs.iter().collect();
-            sorted.sort_unstable();
-            for (&(l, r), &c) in sorted {
-                for _ in 0..c.max(0) {
-                    left.push(l);
-                    right.push(r);
-                }
-            }
+        let mut pairs: Vec<((u64, u64), i64)> = self
+            .pairs
+            .get(&win)
+            .map(|p| p.iter().map(|(k, c)| (*k, *c)).collect())
+            .unwrap_or_default();
+        pairs.sort_unstable();
+        self.eval_pairs(win, &pairs)
+    }
+
+    /// The rest of the query over `pairs` (left id, right id, count) of window `win`.
+    fn eval_pairs(&self, win: Window, pairs: &[((u64, u64), i64)]) -> Result<RecordBatch> {
+        let batch = self.decode(
+            pairs
+                .iter()
+                .flat_map(|&(p, c)| std::iter::repeat_n(p, c.max(0) as usize)),
+        )?;
+        self.eval.run_prepared(
+            &self.rest,
+            &[self.table.as_ref()],
+            vec![vec![batch]],
+            Some(win),
+        )
+    }
+
+    /// The pairs kept of `pairs`: those that meet the join's other conditions.
+    fn kept_pairs(&self, pairs: Vec<Pair>) -> Result<Vec<Pair>> {
+        let Some(cond) = &self.plan.pair_filter else {
+            return Ok(pairs);
+        };
+        if pairs.is_empty() {
+            return Ok(pairs);
         }
+        let batch = self.decode(pairs.iter().map(|p| (p.left, p.right)))?;
+        let mask = cond
+            .evaluate(&batch)
+            .and_then(|v| v.into_array(batch.num_rows()))
+            .map_err(|e| Error::eval(&self.view, e))?;
+        let mask = mask
+            .as_boolean_opt()
+            .ok_or_else(|| Error::internal(&self.view, "a join condition is not a boolean"))?;
+        Ok(pairs
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| mask.is_valid(*i) && mask.value(*i))
+            .map(|(_, p)| p)
+            .collect())
+    }
+
+    /// Pairs (left id, right id) as rows of the join's output table.
+    fn decode(&self, pairs: impl Iterator<Item = (u64, u64)>) -> Result<RecordBatch> {
+        let (left, right): (Vec<u64>, Vec<u64>) = pairs.unzip();
         let n = left.len();
         let schema = self.table.schema();
         let mut cols: Vec<ArrayRef> = Vec::new();
@@ -323,13 +363,7 @@ impl JoinView {
             cols.extend(self.widen(s, kept, n, |j| schema.field(at + j).clone())?);
         }
         let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
-        let batch = RecordBatch::try_new_with_options(schema, cols, &options)?;
-        self.eval.run_prepared(
-            &self.rest,
-            &[self.table.as_ref()],
-            vec![vec![batch]],
-            Some(win),
-        )
+        Ok(RecordBatch::try_new_with_options(schema, cols, &options)?)
     }
 
     /// A side's kept columns `kept` (`n` rows) as all its columns: those
@@ -441,7 +475,14 @@ impl ViewRuntime for JoinView {
             .join
             .advance_to(target)
             .map_err(|e| Error::dataflow(&self.view, e))?;
-        self.add_pairs(step.pairs);
+        // Update mode over a rest that maps each pair on its own: a window's
+        // new rows are the rest over its new pairs (rows only enter open windows)
+        let pairs = self.kept_pairs(step.pairs)?;
+        let fresh: Vec<Pair> = match self.mode == OutputMode::Update && self.plan.row_wise {
+            true => pairs.clone(),
+            false => Vec::new(),
+        };
+        self.add_pairs(pairs);
         let w = match w {
             Some(w) => w,
             None => EventTime::MIN,
@@ -458,6 +499,25 @@ impl ViewRuntime for JoinView {
                 for win in &closing {
                     let res = self.eval_window(*win)?;
                     out.batches.push(self.bounded(*win, &res, None)?);
+                    self.close(win);
+                }
+            }
+            OutputMode::Update if self.plan.row_wise => {
+                let mut by_window: BTreeMap<Window, Vec<((u64, u64), i64)>> = BTreeMap::new();
+                for p in fresh.iter().filter(|p| p.window.end > w) {
+                    by_window
+                        .entry(p.window)
+                        .or_default()
+                        .push(((p.left, p.right), p.count));
+                }
+                for (win, pairs) in &by_window {
+                    let res = self.eval_pairs(*win, pairs)?;
+                    out.batches.push(self.bounded(*win, &res, Some(false))?);
+                }
+                self.dirty.clear();
+                for win in &closing {
+                    let res = self.eval_window(*win)?;
+                    out.batches.push(self.bounded(*win, &res, Some(true))?);
                     self.close(win);
                 }
             }
@@ -597,12 +657,13 @@ impl ViewRuntime for JoinView {
             .map_err(|e| Error::dataflow(&self.view, e))?;
         self.join = join;
         self.pairs.clear();
+        let pairs = self.kept_pairs(pairs)?;
         self.add_pairs(pairs);
         self.closed_results =
             ClosedResults::restored(loaded.batches(operator::COMPLETE_CLOSED).cloned().collect());
         self.dirty.clear();
         self.shown.clear();
-        if self.mode == OutputMode::Update {
+        if self.mode == OutputMode::Update && !self.plan.row_wise {
             // what each open window showed is its result over the restored rows
             let open: Vec<Window> = self.windows.iter().copied().collect();
             for win in open {
