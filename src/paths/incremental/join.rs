@@ -43,6 +43,9 @@ use crate::time::EventTime;
 use crate::window::late::{classify_time, Refusals};
 use crate::window::Window;
 
+/// A pair of a window, `(left id, right id)`, with its multiplicity.
+type CountedPair = ((u64, u64), i64);
+
 /// Operator names of this runtime's state files.
 const SIDE_FILES: [&str; 2] = ["join-left", "join-right"];
 const WINDOWS_FILE: &str = "join-windows";
@@ -297,7 +300,7 @@ impl JoinView {
 
     /// The rest of the query over window `win`'s join output.
     fn eval_window(&self, win: Window) -> Result<RecordBatch> {
-        let mut pairs: Vec<((u64, u64), i64)> = self
+        let mut pairs: Vec<CountedPair> = self
             .pairs
             .get(&win)
             .map(|p| p.iter().map(|(k, c)| (*k, *c)).collect())
@@ -307,7 +310,7 @@ impl JoinView {
     }
 
     /// The rest of the query over `pairs` (left id, right id, count) of window `win`.
-    fn eval_pairs(&self, win: Window, pairs: &[((u64, u64), i64)]) -> Result<RecordBatch> {
+    fn eval_pairs(&self, win: Window, pairs: &[CountedPair]) -> Result<RecordBatch> {
         let batch = self.decode(
             pairs
                 .iter()
@@ -503,7 +506,7 @@ impl ViewRuntime for JoinView {
                 }
             }
             OutputMode::Update if self.plan.row_wise => {
-                let mut by_window: BTreeMap<Window, Vec<((u64, u64), i64)>> = BTreeMap::new();
+                let mut by_window: BTreeMap<Window, Vec<CountedPair>> = BTreeMap::new();
                 for p in fresh.iter().filter(|p| p.window.end > w) {
                     by_window
                         .entry(p.window)
