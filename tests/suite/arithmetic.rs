@@ -34,12 +34,37 @@ fn both(
     window: WindowSpec,
     batches: &[RecordBatch],
 ) -> [Result<Vec<RecordBatch>, Error>; 2] {
+    let spelled = [false, true].map(|in_sql| run_both(sql, schema, &window, batches, in_sql));
+    let [in_spec, in_sql] = spelled;
+    // the same view with its window written in SQL: the same rows, or the same error
+    for (a, b) in in_spec.iter().zip(&in_sql) {
+        match (a, b) {
+            (Ok(a), Ok(b)) => assert_eq!(common::canon(a), common::canon(b), "{sql} in SQL"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{sql} in SQL"),
+            _ => panic!("{sql}: the spec and SQL spellings disagree: {a:?} / {b:?}"),
+        }
+    }
+    in_spec
+}
+
+/// [`both`] with the window in the spec, or (`in_sql`) written in the SQL.
+fn run_both(
+    sql: &str,
+    schema: &SchemaRef,
+    window: &WindowSpec,
+    batches: &[RecordBatch],
+    in_sql: bool,
+) -> [Result<Vec<RecordBatch>, Error>; 2] {
     [ExecMode::Auto, ExecMode::Recompute].map(|mode| {
         let mut e = Engine::builder().build()?;
+        let call = common::window_call("t", window).filter(|_| in_sql);
+        let builder = match &call {
+            Some(call) => ViewSpec::builder("v", &common::window_in_sql(sql, call)),
+            None => ViewSpec::builder("v", sql).window(window.clone()),
+        };
         e.create_view(
-            ViewSpec::builder("v", sql)
+            builder
                 .source("t", "ts", schema.clone())
-                .window(window.clone())
                 .output(OutputMode::Append)
                 .mode(mode)
                 .build()?,

@@ -423,3 +423,27 @@ pub fn window_in_sql_over(sql: &str, source: &str, call: &str) -> String {
     }
     out
 }
+
+/// `window` over `source` as a window call in SQL (`TUMBLE`, `HOP`, or
+/// `SESSION`, whose key is then the query's GROUP BY); `None` with an offset,
+/// which the SQL calls do not take.
+pub fn window_call(source: &str, window: &thund::WindowSpec) -> Option<String> {
+    use thund::WindowKind;
+    if !window.offset.is_zero() {
+        return None;
+    }
+    let ms = |d: std::time::Duration| d.as_millis();
+    Some(match &window.kind {
+        WindowKind::Tumbling { size } => {
+            format!("TUMBLE({source}, ts, INTERVAL '{}' MILLISECOND)", ms(*size))
+        }
+        WindowKind::Hopping { size, slide } => format!(
+            "HOP({source}, ts, INTERVAL '{}' MILLISECOND, INTERVAL '{}' MILLISECOND)",
+            ms(*slide),
+            ms(*size)
+        ),
+        WindowKind::Session { gap, .. } => {
+            format!("SESSION({source}, ts, INTERVAL '{}' MILLISECOND)", ms(*gap))
+        }
+    })
+}
