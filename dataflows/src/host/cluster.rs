@@ -136,6 +136,16 @@ impl Cluster {
     pub(crate) fn aborted(&self) -> bool {
         self.shared.abort.load(Ordering::Relaxed)
     }
+
+    /// Retires dataflow `id` on every worker (a handle's `Drop`): its inputs close and it
+    /// runs until done, or is dropped if a worker died. A worker that is gone has nothing
+    /// to retire; the others' replies are drained.
+    pub(crate) fn retire(&self, id: DataflowId) {
+        let links = self.links();
+        if links.broadcast(|| Command::Drop(id)).is_ok() {
+            let _ = links.gather();
+        }
+    }
 }
 
 impl Links {

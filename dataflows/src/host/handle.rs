@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::cluster::{Cluster, Links};
-use super::worker::{Chunk, Command, DataflowId, Reply};
+use super::worker::{lower, next_time, out_of_turn, Chunk, Command, DataflowId, Reply};
 use crate::error::{Error, Result};
 use crate::state::agg::{AggKind, AggState, Update};
 use crate::state::diff::Acc;
-use crate::time::{event_time, seq, start_of, Time};
+use crate::time::{event_time, start_of, Time};
 use crate::typedefs::{owner_hash, WindowKey};
 use crate::window::{expiry, EventTime, Key, Panes, Window};
 
@@ -440,12 +440,7 @@ impl WindowedAggregate {
 
     /// The time of a step that does not move the watermark.
     fn next_time(&self) -> Result<Time> {
-        if seq(self.time) == u64::MAX {
-            return Err(Error::InvalidConfig {
-                reason: "more than 2^64 steps at one watermark".to_string(),
-            });
-        }
-        Ok(self.time + 1)
+        next_time(self.time)
     }
 
     /// Runs one step to `target` (`None`: end of stream) on every worker; returns the closed
@@ -479,10 +474,7 @@ impl WindowedAggregate {
                     if first_error.is_none() {
                         first_error = error;
                     }
-                    frontier = match (frontier, f) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
+                    frontier = lower(frontier, f);
                 }
                 other => return Err(self.unexpected(w, other)),
             }
@@ -660,11 +652,7 @@ impl WindowedAggregate {
     /// A reply that does not answer the command sent: the worker lost track of this
     /// dataflow. Poisons it.
     fn unexpected(&mut self, worker: usize, reply: Reply) -> Error {
-        let reason = match reply {
-            Reply::Unknown(id) => format!("worker {worker} does not host dataflow {id}"),
-            other => format!("worker {worker} answered out of turn: {other:?}"),
-        };
-        self.poison(Error::InvalidConfig { reason })
+        self.poison(out_of_turn(worker, reply))
     }
 
     /// Sends the pending updates to their workers.
@@ -733,12 +721,7 @@ impl Drop for WindowedAggregate {
     /// Retires the dataflow on every worker: its input closes and it runs until done (or is
     /// dropped, if a worker died). The cluster's threads stop with its last handle.
     fn drop(&mut self) {
-        let id = self.id;
-        let links = self.cluster.links();
-        // A worker that is gone has nothing to retire; the others' replies are drained.
-        if links.broadcast(|| Command::Drop(id)).is_ok() {
-            let _ = links.gather();
-        }
+        self.cluster.retire(self.id);
     }
 }
 

@@ -5,10 +5,10 @@ use std::collections::BTreeSet;
 use differential_dataflow::hashable::Hashable;
 
 use super::cluster::Cluster;
-use super::worker::{Command, DataflowId, Reply};
+use super::worker::{lower, next_time, out_of_turn, Command, DataflowId, Reply};
 use crate::error::{Error, Result};
 use crate::render::join::{JoinRecord, Pair};
-use crate::time::{event_time, seq, start_of, Time};
+use crate::time::{event_time, start_of, Time};
 use crate::window::{EventTime, Key, Window};
 
 /// Which input of a join a row enters.
@@ -299,12 +299,7 @@ impl WindowedJoin {
 
     /// The time of a step that does not move the watermark.
     fn next_time(&self) -> Result<Time> {
-        if seq(self.time) == u64::MAX {
-            return Err(Error::InvalidConfig {
-                reason: "more than 2^64 steps at one watermark".to_string(),
-            });
-        }
-        Ok(self.time + 1)
+        next_time(self.time)
     }
 
     /// One step to `target` (`None`: end of stream), evicting `evict` after it; returns
@@ -330,10 +325,7 @@ impl WindowedJoin {
                 } => {
                     pairs.extend(p);
                     self.sizes[w] = sizes;
-                    frontier = match (frontier, f) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
+                    frontier = lower(frontier, f);
                 }
                 other => return Err(self.unexpected(w, other)),
             }
@@ -398,11 +390,7 @@ impl WindowedJoin {
     }
 
     fn unexpected(&mut self, worker: usize, reply: Reply) -> Error {
-        let reason = match reply {
-            Reply::Unknown(id) => format!("worker {worker} does not host dataflow {id}"),
-            other => format!("worker {worker} answered out of turn: {other:?}"),
-        };
-        self.poison(Error::InvalidConfig { reason })
+        self.poison(out_of_turn(worker, reply))
     }
 }
 
@@ -425,11 +413,7 @@ fn consolidate(mut pairs: Vec<Pair>) -> Vec<Pair> {
 impl Drop for WindowedJoin {
     /// Retires the join on every worker.
     fn drop(&mut self) {
-        let id = self.id;
-        let links = self.cluster.links();
-        if links.broadcast(|| Command::Drop(id)).is_ok() {
-            let _ = links.gather();
-        }
+        self.cluster.retire(self.id);
     }
 }
 

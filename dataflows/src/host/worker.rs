@@ -239,6 +239,34 @@ impl Job {
     }
 }
 
+/// The error for a reply that does not answer the command sent: the worker lost track of
+/// the dataflow (the handle that gets it poisons itself).
+pub(crate) fn out_of_turn(worker: usize, reply: Reply) -> Error {
+    let reason = match reply {
+        Reply::Unknown(id) => format!("worker {worker} does not host dataflow {id}"),
+        other => format!("worker {worker} answered out of turn: {other:?}"),
+    };
+    Error::InvalidConfig { reason }
+}
+
+/// The time of a step after `time` that does not move the watermark.
+pub(crate) fn next_time(time: Time) -> Result<Time> {
+    if crate::time::seq(time) == u64::MAX {
+        return Err(Error::InvalidConfig {
+            reason: "more than 2^64 steps at one watermark".to_string(),
+        });
+    }
+    Ok(time + 1)
+}
+
+/// The lower of two workers' output frontiers (`None`: that worker's stream ended).
+pub(crate) fn lower(a: Option<Time>, b: Option<Time>) -> Option<Time> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// The host's end of one worker's channels.
 pub(crate) struct Link {
     pub(crate) commands: Sender<Command>,

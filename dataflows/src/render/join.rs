@@ -136,14 +136,7 @@ pub(crate) fn rows_in(trace: &JoinTrace, windows: &[Window]) -> Vec<(JoinRecord,
             if key.0 != *w {
                 break;
             }
-            while let Some(row) = cursor.get_val(&storage) {
-                let mut n = 0i64;
-                cursor.map_times(&storage, |_, d| n += *d);
-                if n != 0 {
-                    out.push(((*key, *row), n));
-                }
-                cursor.step_val(&storage);
-            }
+            push_rows(&mut cursor, &storage, *key, &mut out);
             cursor.step_key(&storage);
         }
     }
@@ -156,18 +149,31 @@ pub(crate) fn open_rows(trace: &JoinTrace, frontier: EventTime) -> Vec<(JoinReco
     let mut out = Vec::new();
     while let Some(key) = cursor.get_key(&storage) {
         if key.0.end > frontier {
-            while let Some(row) = cursor.get_val(&storage) {
-                let mut n = 0i64;
-                cursor.map_times(&storage, |_, d| n += *d);
-                if n != 0 {
-                    out.push(((*key, *row), n));
-                }
-                cursor.step_val(&storage);
-            }
+            push_rows(&mut cursor, &storage, *key, &mut out);
         }
         cursor.step_key(&storage);
     }
     out
+}
+
+/// The rows of the cursor's current key `key`, with their accumulated multiplicities
+/// (non-zero), onto `out`.
+fn push_rows<C>(
+    cursor: &mut C,
+    storage: &C::Storage,
+    key: JoinKey,
+    out: &mut Vec<(JoinRecord, i64)>,
+) where
+    C: for<'a> Cursor<Val<'a> = &'a Key, DiffGat<'a> = &'a i64>,
+{
+    while let Some(row) = cursor.get_val(storage) {
+        let mut n = 0i64;
+        cursor.map_times(storage, |_, d| n += *d);
+        if n != 0 {
+            out.push(((key, *row), n));
+        }
+        cursor.step_val(storage);
+    }
 }
 
 /// The batches a trace holds now (shared, immutable).
