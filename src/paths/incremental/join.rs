@@ -83,6 +83,15 @@ pub(crate) struct JoinView {
     closed_results: ClosedResults,
 }
 
+/// The dataflow input of side `s`.
+fn side_of(s: usize) -> Side {
+    if s == 0 {
+        Side::Left
+    } else {
+        Side::Right
+    }
+}
+
 /// A row converter over columns of these types.
 fn converter(types: &[DataType]) -> Result<RowConverter> {
     Ok(RowConverter::new(
@@ -230,17 +239,13 @@ impl JoinView {
         if n == 0 {
             return Ok(());
         }
-        let side = &self.plan.sides[s];
-        let key_cols = side
-            .keys
+        let kept: Vec<ArrayRef> = self.plan.sides[s]
+            .keep
             .iter()
-            .map(|e| e.evaluate(rows).and_then(|v| v.into_array(n)))
-            .collect::<datafusion::error::Result<Vec<_>>>()
-            .map_err(|e| Error::eval(&self.view, e))?;
-        let key_rows = self.key_conv.convert_columns(&key_cols)?;
-        let kept: Vec<ArrayRef> = side.keep.iter().map(|&j| rows.column(j).clone()).collect();
-        let row_rows = self.row_conv[s].convert_columns(&kept)?;
-        let side_of = if s == 0 { Side::Left } else { Side::Right };
+            .map(|&j| rows.column(j).clone())
+            .collect();
+        let (key_cols, key_rows, row_rows) = self.encode(s, rows, &kept)?;
+        let side_of = side_of(s);
         let floor = w_prev.unwrap_or(EventTime::MIN);
         for i in 0..n {
             if !self.plan.nulls_meet && key_cols.iter().any(|c| c.is_null(i)) {
@@ -261,6 +266,26 @@ impl JoinView {
             }
         }
         Ok(())
+    }
+
+    /// Side `s`'s rows `rows` (all the side's columns; `kept` the ones it
+    /// keeps) encoded: the join key columns, the keys and the kept rows.
+    fn encode(
+        &self,
+        s: usize,
+        rows: &RecordBatch,
+        kept: &[ArrayRef],
+    ) -> Result<(Vec<ArrayRef>, arrow::row::Rows, arrow::row::Rows)> {
+        let n = rows.num_rows();
+        let key_cols = self.plan.sides[s]
+            .keys
+            .iter()
+            .map(|e| e.evaluate(rows).and_then(|v| v.into_array(n)))
+            .collect::<datafusion::error::Result<Vec<_>>>()
+            .map_err(|e| Error::eval(&self.view, e))?;
+        let key_rows = self.key_conv.convert_columns(&key_cols)?;
+        let row_rows = self.row_conv[s].convert_columns(kept)?;
+        Ok((key_cols, key_rows, row_rows))
     }
 
     /// Take in one trigger's on-time rows.
@@ -415,10 +440,7 @@ impl JoinView {
 
     /// Each side's open rows, decoded, as its state file.
     fn side_file(&self, s: usize, rows: &[JoinRow]) -> Result<StateFile> {
-        let mine: Vec<&JoinRow> = rows
-            .iter()
-            .filter(|r| (r.side == Side::Left) == (s == 0))
-            .collect();
+        let mine: Vec<&JoinRow> = rows.iter().filter(|r| r.side == side_of(s)).collect();
         let starts = Int64Array::from_iter_values(mine.iter().map(|r| r.window.start));
         let ends = Int64Array::from_iter_values(mine.iter().map(|r| r.window.end));
         let counts = Int64Array::from_iter_values(mine.iter().map(|r| r.count));
@@ -631,22 +653,14 @@ impl ViewRuntime for JoinView {
                 let side_rows = batch_of(wide, n)?;
                 let mut made = Vec::new();
                 // the side's rows once per stored (window, row), in that window
-                let side = &self.plan.sides[s];
-                let key_cols = side
-                    .keys
-                    .iter()
-                    .map(|e| e.evaluate(&side_rows).and_then(|v| v.into_array(n)))
-                    .collect::<datafusion::error::Result<Vec<_>>>()
-                    .map_err(|e| Error::eval(&self.view, e))?;
-                let key_rows = self.key_conv.convert_columns(&key_cols)?;
-                let row_rows = self.row_conv[s].convert_columns(&kept)?;
+                let (_, key_rows, row_rows) = self.encode(s, &side_rows, &kept)?;
                 for i in 0..n {
                     let window = Window::new(starts.value(i), ends.value(i));
                     if window.end <= at || counts.value(i) <= 0 {
                         return Err(bad(what, "a row of a closed window or without a count"));
                     }
                     made.push(JoinRow {
-                        side: if s == 0 { Side::Left } else { Side::Right },
+                        side: side_of(s),
                         window,
                         key: self.keys.intern(key_rows.row(i).as_ref(), window.end),
                         row: self.rows[s].intern(row_rows.row(i).as_ref(), window.end),
