@@ -292,8 +292,16 @@ impl JoinView {
     fn ingest(&mut self, on_time: Vec<OnTime>, w_prev: Option<EventTime>) -> Result<()> {
         let mut rows = Vec::new();
         for o in &on_time {
-            // every on-time row makes its open windows exist
+            // every on-time row makes its open windows exist (looked up once per
+            // run of rows in the same last window: rows come mostly in time order)
+            let mut last: Option<Window> = None;
             for &t in o.times.values() {
+                // rows whose last window is the same are in the same windows
+                let newest = self.plan.windows.last_window(t);
+                if last == Some(newest) {
+                    continue;
+                }
+                last = Some(newest);
                 for window in self.plan.windows.windows_of(t) {
                     if w_prev.is_none_or(|w| window.end > w) {
                         self.windows.insert(window);
