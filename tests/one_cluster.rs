@@ -34,7 +34,8 @@ fn settled_timely_threads() -> usize {
     timely_threads()
 }
 
-/// Ten views over one source: several windows, queries and output modes, all incremental.
+/// Ten views over one source: several windows, queries and output modes,
+/// all incremental; on auto, every other one has its window written in SQL.
 fn specs(mode: ExecMode) -> Vec<ViewSpec> {
     let s = Duration::from_secs;
     let windows = [
@@ -59,6 +60,11 @@ fn specs(mode: ExecMode) -> Vec<ViewSpec> {
                 .mode(mode)
                 .build()
                 .expect("spec")
+        })
+        .enumerate()
+        .map(|(i, spec)| match mode == ExecMode::Auto && i % 2 == 1 {
+            true => common::in_sql(&spec).expect("a SQL spelling"),
+            false => spec,
         })
         .collect()
 }

@@ -184,7 +184,6 @@ impl Engine {
             spec.watermark.idle_timeout,
             self.clock.now_ms(),
         );
-        let (fingerprint, fingerprint_parts) = view_fingerprint(&spec, &sources, &plan);
         let written = match (layout, written) {
             (Some(layout), Some(sql)) => {
                 let (columns, schema) = layout.project(&runtime.output_schema(), spec.output);
@@ -196,6 +195,11 @@ impl Engine {
             }
             _ => None,
         };
+        let output = match &written {
+            Some(w) => w.schema.clone(),
+            None => runtime.output_schema(),
+        };
+        let (fingerprint, fingerprint_parts) = view_fingerprint(&spec, &sources, &plan, &output);
         let mut view = View {
             pending: vec![Vec::new(); sources.len()],
             spec,
@@ -1189,36 +1193,42 @@ impl Engine {
 }
 
 /// What a checkpoint of this view must match to be restored, by part:
-/// name, SQL, sources and schemas, window, watermark, output mode and plan —
-/// not the worker count (state is re-partitioned on load). The fingerprint
-/// is a hash of all parts; the parts are stored beside it so a mismatch can
-/// say what changed.
+/// name, per-window SQL, sources and schemas, window, watermark, output mode,
+/// plan and the output's columns — not the worker count (state is
+/// re-partitioned on load), nor whether the window is written in the spec
+/// or in the SQL (both give the same per-window SQL and window, and where
+/// the SQL puts the bounds is in the output's columns). The fingerprint is a
+/// hash of all parts; the parts are stored beside it so a mismatch can say
+/// what changed.
 fn view_fingerprint(
     spec: &ViewSpec,
     sources: &[crate::paths::SourceInfo],
     plan: &ViewPlan,
+    output: &arrow::datatypes::Schema,
 ) -> (String, BTreeMap<String, String>) {
+    let columns = |schema: &arrow::datatypes::Schema| {
+        let cols: Vec<String> = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                format!(
+                    "{} {}{}",
+                    f.name(),
+                    f.data_type(),
+                    if f.is_nullable() { "" } else { " NOT NULL" }
+                )
+            })
+            .collect();
+        cols.join(", ")
+    };
     let sources = sources
         .iter()
         .map(|s| {
-            let cols: Vec<String> = s
-                .schema
-                .fields()
-                .iter()
-                .map(|f| {
-                    format!(
-                        "{} {}{}",
-                        f.name(),
-                        f.data_type(),
-                        if f.is_nullable() { "" } else { " NOT NULL" }
-                    )
-                })
-                .collect();
             format!(
                 "{} (event time `{}`): {}",
                 s.name,
                 s.schema.field(s.event_time).name(),
-                cols.join(", ")
+                columns(&s.schema)
             )
         })
         .collect::<Vec<_>>()
@@ -1231,6 +1241,7 @@ fn view_fingerprint(
         ("watermark", format!("{:?}", spec.watermark)),
         ("output mode", format!("{:?}", spec.output)),
         ("plan", plan.to_string()),
+        ("output", columns(output)),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -1240,7 +1251,7 @@ fn view_fingerprint(
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join("|");
-    (fingerprint(&format!("v2|{text}")), parts)
+    (fingerprint(&format!("v3|{text}")), parts)
 }
 
 /// The fingerprint parts stored in `epoch`'s manifest (empty if unreadable).

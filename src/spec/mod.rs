@@ -272,6 +272,15 @@ impl ViewSpec {
             && self.output == OutputMode::Append
             && window_sql::lower(self)?.is_none()
         {
+            // a query that does not parse says so first: the window it
+            // declares may be what could not be read
+            if let Err(e) = datafusion::sql::parser::DFParser::parse_sql(&self.sql) {
+                return Err(Error::Sql {
+                    view: v.clone(),
+                    sql: self.sql.clone(),
+                    source: Box::new(e),
+                });
+            }
             return Err(Error::Unsupported {
                 view: v.clone(),
                 message: "output mode `append` needs a window: without one no result is ever \

@@ -36,10 +36,9 @@ fn good(i: i64) -> RecordBatch {
 #[test]
 fn bad_pushes_are_refused_and_change_nothing() {
     let mut messages = Vec::new();
-    let mut run = |with_bad: bool| {
+    let mut run = |with_bad: bool, view: &ViewSpec| {
         let mut e = Engine::builder().build().expect("engine");
-        e.create_view(spec(SQL).output(OutputMode::Update).build().expect("spec"))
-            .expect("view");
+        e.create_view(view.clone()).expect("view");
         let mut out = Vec::new();
         for i in 0..6 {
             e.push("t", good(i)).expect("good push");
@@ -98,9 +97,12 @@ fn bad_pushes_are_refused_and_change_nothing() {
         out.extend(e.finish().expect("finish").views[0].output.clone());
         canon(&out)
     };
-    let clean = run(false);
+    let view = spec(SQL).output(OutputMode::Update).build().expect("spec");
+    let clean = run(false, &view);
     assert!(!clean.is_empty());
-    assert_eq!(run(true), clean);
+    for view in common::spellings(view) {
+        assert_eq!(run(true, &view), clean, "{}", view.sql);
+    }
     // the four refusals of the first trigger, as a user reads them
     messages.truncate(4);
     insta::assert_snapshot!("push_refusals", messages.join("\n"));
@@ -148,7 +150,16 @@ fn invalid_views_name_their_fault_and_leave_the_engine_usable() {
     for (s, phase) in cases {
         let err = match s {
             Err(e) => e,
-            Ok(s) => e.create_view(s).expect_err("must be refused"),
+            Ok(s) => {
+                // with the window in the SQL, refused in the same phase
+                if let Some(in_sql) = common::in_sql(&s) {
+                    let err = e.create_view(in_sql).expect_err("refused in SQL too");
+                    let got = matches!(&err, Error::Sql { .. } | Error::Spec { .. });
+                    assert!(got, "{err}");
+                    assert_eq!(matches!(err, Error::Sql { .. }), phase == "sql", "{err}");
+                }
+                e.create_view(s).expect_err("must be refused")
+            }
         };
         let got = match &err {
             Error::Sql { .. } => "sql",
@@ -173,9 +184,15 @@ fn invalid_views_name_their_fault_and_leave_the_engine_usable() {
 
 #[test]
 fn null_event_times_are_refused_row_by_row_and_kept() {
+    let view = spec("SELECT COUNT(*) AS c FROM t").build().expect("spec");
+    for view in common::spellings(view) {
+        null_event_times_kept(view);
+    }
+}
+
+fn null_event_times_kept(view: ViewSpec) {
     let mut e = Engine::builder().build().expect("engine");
-    e.create_view(spec("SELECT COUNT(*) AS c FROM t").build().expect("spec"))
-        .expect("view");
+    e.create_view(view).expect("view");
     let b = good(0);
     let mut cols = b.columns().to_vec();
     let mut t: Vec<Option<i64>> = (0..b.num_rows() as i64).map(|i| Some(i * 10)).collect();
@@ -205,12 +222,13 @@ fn null_event_times_are_refused_row_by_row_and_kept() {
 
 #[test]
 fn after_finish_input_is_refused() {
-    let mut e = Engine::builder().build().expect("engine");
-    e.create_view(spec(SQL).build().expect("spec"))
-        .expect("view");
-    e.finish().expect("finish");
-    assert!(matches!(e.push("t", good(0)), Err(Error::Finished)));
-    assert!(matches!(e.trigger(), Err(Error::Finished)));
+    for view in common::spellings(spec(SQL).build().expect("spec")) {
+        let mut e = Engine::builder().build().expect("engine");
+        e.create_view(view).expect("view");
+        e.finish().expect("finish");
+        assert!(matches!(e.push("t", good(0)), Err(Error::Finished)));
+        assert!(matches!(e.trigger(), Err(Error::Finished)));
+    }
 }
 
 #[test]
@@ -235,7 +253,19 @@ fn a_date_event_time_with_a_sub_day_window_is_refused_at_create_view() {
         .expect_err("a 1 h slide over dates");
     assert!(matches!(err, Error::Spec { .. }), "{err}");
     insta::assert_snapshot!("date_sub_day_window", err.to_string());
-    // whole days are fine
-    e.create_view(view(WindowSpec::tumbling(Duration::from_secs(86_400))))
-        .expect("a one-day window over dates");
+    let hop = view(WindowSpec::hopping(
+        Duration::from_secs(2 * 86_400),
+        Duration::from_secs(3_600),
+    ));
+    let err = e
+        .create_view(common::in_sql(&hop).expect("in SQL"))
+        .expect_err("a 1 h slide over dates, in SQL");
+    assert!(matches!(err, Error::Spec { .. }), "{err}");
+    // whole days are fine, in either spelling
+    let day = view(WindowSpec::tumbling(Duration::from_secs(86_400)));
+    let mut in_sql = common::in_sql(&day).expect("in SQL");
+    in_sql.name = "v_sql".into();
+    e.create_view(day).expect("a one-day window over dates");
+    e.create_view(in_sql)
+        .expect("a one-day window over dates, in SQL");
 }

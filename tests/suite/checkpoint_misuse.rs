@@ -23,6 +23,15 @@ fn spec(sql: &str) -> ViewSpec {
         .expect("spec")
 }
 
+/// The view of these tests, with its window in the spec or (`in_sql`)
+/// written in the SQL: the tests below use both.
+fn view(in_sql: bool) -> ViewSpec {
+    match in_sql {
+        true => common::in_sql(&spec(SQL)).expect("a SQL spelling"),
+        false => spec(SQL),
+    }
+}
+
 fn rows(i: i64) -> Vec<Ev> {
     (0..30)
         .map(|j| Ev {
@@ -36,13 +45,13 @@ fn rows(i: i64) -> Vec<Ev> {
 }
 
 /// Run `n` triggers with a checkpoint after each, all committed.
-fn run(root: &str, n: i64) {
+fn run(root: &str, n: i64, in_sql: bool) {
     let mut e = Engine::builder()
         .with_state_root(root)
         .retain_epochs(5)
         .build()
         .expect("engine");
-    e.create_view(spec(SQL)).expect("view");
+    e.create_view(view(in_sql)).expect("view");
     for i in 0..n {
         e.push_at("t", batch(&rows(i)), i as u64 + 1).expect("push");
         e.trigger().expect("trigger");
@@ -55,9 +64,9 @@ fn epoch_dir(dir: &Path, epoch: u64) -> PathBuf {
     dir.join("v").join(format!("epoch={epoch:06}"))
 }
 
-fn reopen(root: &str) -> thund::Result<Engine> {
+fn reopen(root: &str, in_sql: bool) -> thund::Result<Engine> {
     let mut e = Engine::builder().with_state_root(root).build()?;
-    e.create_view(spec(SQL))?;
+    e.create_view(view(in_sql))?;
     Ok(e)
 }
 
@@ -65,7 +74,7 @@ fn reopen(root: &str) -> thund::Result<Engine> {
 fn a_truncated_newest_file_falls_back_loudly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = format!("file://{}", dir.path().display());
-    run(&root, 4);
+    run(&root, 4, false);
     let f = std::fs::read_dir(epoch_dir(dir.path(), 4))
         .expect("epoch 4")
         .map(|e| e.expect("entry").path())
@@ -78,7 +87,7 @@ fn a_truncated_newest_file_falls_back_loudly() {
         .expect("open")
         .set_len(len / 2)
         .expect("truncate");
-    let mut e = reopen(&root).expect("falls back, does not fail");
+    let mut e = reopen(&root, false).expect("falls back, does not fail");
     let rec = e.recovery("v").expect("view").cloned().expect("resumed");
     assert_eq!(rec.epoch, 3);
     assert!(
@@ -103,21 +112,21 @@ fn a_truncated_newest_file_falls_back_loudly() {
 fn a_garbage_manifest_or_a_dangling_pointer_falls_back() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = format!("file://{}", dir.path().display());
-    run(&root, 3);
+    run(&root, 3, true);
     std::fs::write(
         epoch_dir(dir.path(), 3).join("_thund_checkpoint.json"),
         b"{ not json",
     )
     .expect("garbage");
-    let e = reopen(&root).expect("falls back");
+    let e = reopen(&root, true).expect("falls back");
     assert_eq!(e.recovery("v").expect("view").map(|r| r.epoch), Some(2));
     drop(e);
 
     let dir = tempfile::tempdir().expect("tempdir");
     let root = format!("file://{}", dir.path().display());
-    run(&root, 3);
+    run(&root, 3, true);
     std::fs::remove_dir_all(epoch_dir(dir.path(), 3)).expect("remove epoch 3");
-    let e = reopen(&root).expect("pointer to a missing epoch: previous one");
+    let e = reopen(&root, true).expect("pointer to a missing epoch: previous one");
     assert_eq!(e.recovery("v").expect("view").map(|r| r.epoch), Some(2));
 }
 
@@ -125,14 +134,14 @@ fn a_garbage_manifest_or_a_dangling_pointer_falls_back() {
 fn epochs_without_any_readable_manifest_are_an_error_not_a_cold_start() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = format!("file://{}", dir.path().display());
-    run(&root, 2);
+    run(&root, 2, false);
     for epoch in 1..=2 {
         let m = epoch_dir(dir.path(), epoch).join("_thund_checkpoint.json");
         if m.exists() {
             std::fs::write(&m, b"garbage").expect("garbage");
         }
     }
-    let err = reopen(&root).err().expect("must refuse");
+    let err = reopen(&root, false).err().expect("must refuse");
     assert!(
         matches!(&err, Error::Checkpoint { source, .. }
             if matches!(**source, thund_checkpoint::Error::NoCommittedEpoch { .. })),
@@ -144,7 +153,7 @@ fn epochs_without_any_readable_manifest_are_an_error_not_a_cold_start() {
 fn another_views_state_root_and_a_second_engine_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = format!("file://{}", dir.path().display());
-    run(&root, 2);
+    run(&root, 2, false);
     let mut e = Engine::builder()
         .with_state_root(&root)
         .build()
@@ -152,7 +161,8 @@ fn another_views_state_root_and_a_second_engine_are_refused() {
     let err = e
         .create_view(spec("SELECT k, MAX(v) AS m FROM t GROUP BY k"))
         .expect_err("fingerprint differs");
-    // it says what changed: the SQL and, with it, the plan — nothing else
+    // it says what changed: the SQL and, with it, the plan and the output's
+    // columns — nothing else
     match &err {
         Error::ViewChanged {
             view,
@@ -164,7 +174,7 @@ fn another_views_state_root_and_a_second_engine_are_refused() {
                 .iter()
                 .map(|c| c.split(" (").next().unwrap_or(""))
                 .collect();
-            assert_eq!(parts, ["the plan", "the sql"], "{err}");
+            assert_eq!(parts, ["the output", "the plan", "the sql"], "{err}");
         }
         other => panic!("expected ViewChanged, got {other}"),
     }
@@ -196,10 +206,16 @@ fn another_views_state_root_and_a_second_engine_are_refused() {
 
 #[test]
 fn a_committed_epoch_is_plain_parquet_holding_the_live_state() {
+    for in_sql in [false, true] {
+        epoch_is_plain_parquet(in_sql);
+    }
+}
+
+fn epoch_is_plain_parquet(in_sql: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = format!("file://{}", dir.path().display());
-    run(&root, 3); // rows at [0, 12 s); W = 11.9 s: [0,10) closed, [10,20) open
-                   // the test's own view of the open state: per key, count and sum of the rows in [10 s, 20 s)
+    run(&root, 3, in_sql); // rows at [0, 12 s); W = 11.9 s: [0,10) closed, [10,20) open
+                           // the test's own view of the open state: per key, count and sum of the rows in [10 s, 20 s)
     let mut want: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
     for i in 0..3 {
         for r in rows(i).iter().filter(|r| (10_000..20_000).contains(&r.t)) {
@@ -256,7 +272,7 @@ fn a_crashed_first_checkpoint_is_a_cold_start_that_says_so() {
     let epoch1 = epoch_dir(dir.path(), 1);
     std::fs::create_dir_all(&epoch1).expect("mkdir");
     std::fs::write(epoch1.join("operator-aggregate-w0.parquet"), b"PAR1 torn").expect("file");
-    let e = reopen(&root).expect("a cold start, not an error");
+    let e = reopen(&root, true).expect("a cold start, not an error");
     assert!(e.recovery("v").expect("view").is_none());
     let w = e.warnings("v").expect("view");
     assert_eq!(
@@ -270,11 +286,11 @@ fn a_crashed_first_checkpoint_is_a_cold_start_that_says_so() {
 fn a_garbage_latest_pointer_is_reported_not_passed_over_in_silence() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = format!("file://{}", dir.path().display());
-    run(&root, 3);
+    run(&root, 3, true);
     let pointer = dir.path().join("v").join("_thund_latest.json");
     assert!(pointer.exists(), "{pointer:?}");
     std::fs::write(&pointer, b"{ garbage").expect("garbage");
-    let mut e = reopen(&root).expect("resumes from the listing");
+    let mut e = reopen(&root, true).expect("resumes from the listing");
     assert_eq!(e.recovery("v").expect("view").map(|r| r.epoch), Some(3));
     let is_pointer =
         |w: &thund::StateWarning| matches!(w, thund::StateWarning::UnreadablePointer { .. });
@@ -287,4 +303,66 @@ fn a_garbage_latest_pointer_is_reported_not_passed_over_in_silence() {
         first.views[0].warnings
     );
     assert!(e.trigger().expect("trigger").views[0].warnings.is_empty());
+}
+
+/// The window moved from the spec into the SQL is the same view: the same
+/// per-window query, window and output columns, so either spelling resumes
+/// the other's checkpoint and goes on as the uninterrupted run does. Moving
+/// the bounds to other columns changes the output, and the checkpoint is
+/// refused naming it.
+#[test]
+fn either_spelling_resumes_the_others_checkpoint_unless_the_output_moves() {
+    for (wrote, resumes) in [(false, true), (true, false)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = format!("file://{}", dir.path().display());
+        run(&root, 2, wrote);
+        let mut e = reopen(&root, resumes).expect("the other spelling resumes");
+        assert_eq!(e.recovery("v").expect("view").map(|r| r.epoch), Some(2));
+        let mut whole = Engine::builder().build().expect("engine");
+        whole.create_view(view(wrote)).expect("view");
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        for i in 0..5 {
+            whole.push("t", batch(&rows(i))).expect("push");
+            let out = whole.trigger().expect("trigger").views[0].output.clone();
+            if i >= 2 {
+                // what the resumed engine is given: the input after its offset
+                e.push("t", batch(&rows(i))).expect("push");
+                got.extend(e.trigger().expect("trigger").views[0].output.clone());
+                want.extend(out);
+            }
+        }
+        got.extend(e.finish().expect("finish").views[0].output.clone());
+        want.extend(whole.finish().expect("finish").views[0].output.clone());
+        assert_eq!(
+            common::canon(&got),
+            common::canon(&want),
+            "wrote in_sql={wrote}"
+        );
+        assert!(!want.is_empty());
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = format!("file://{}", dir.path().display());
+    run(&root, 2, false);
+    let mut moved = view(true);
+    moved.sql = "SELECT k, COUNT(*) AS c, SUM(v) AS s, window_start, window_end \
+                 FROM TUMBLE(t, ts, INTERVAL '10' SECOND) GROUP BY k"
+        .into();
+    let mut e = Engine::builder()
+        .with_state_root(&root)
+        .build()
+        .expect("engine");
+    let err = e
+        .create_view(moved)
+        .expect_err("the output's columns moved");
+    match &err {
+        Error::ViewChanged { changed, .. } => {
+            let parts: Vec<&str> = changed
+                .iter()
+                .map(|c| c.split(" (").next().unwrap_or(""))
+                .collect();
+            assert_eq!(parts, ["the output"], "{err}");
+        }
+        other => panic!("expected ViewChanged, got {other}"),
+    }
 }

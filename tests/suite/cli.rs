@@ -1,7 +1,11 @@
 //! The `thund` binary: `run` over CSV files, `explain`, `demo`, and errors.
+//! The view is given as a TOML spec (`--view`) or as a SQL pipeline with
+//! its window in the query (`--sql`): the runs below take both.
 
 use std::path::Path;
 use std::process::Command;
+
+use crate::common::bin;
 
 fn thund() -> Command {
     Command::new(env!("CARGO_BIN_EXE_thund"))
@@ -20,6 +24,23 @@ allowed_lateness = "2s"
 kind = "tumbling"
 size = "10s"
 "#;
+
+/// The bids columns with integer millisecond times, as DDL declares them.
+const INT_TYPES: &str = "auction BIGINT, price BIGINT, ts BIGINT";
+
+/// `toml` as a TOML spec (`v.toml`) and as a SQL pipeline (`v.sql`, with
+/// the sources' `columns`), in `dir`.
+fn spellings(dir: &Path, toml: &str, columns: &str) -> [std::path::PathBuf; 2] {
+    [
+        write(dir, "v.toml", toml),
+        write(dir, "v.sql", &bin::ddl_of(toml, columns)),
+    ]
+}
+
+/// [`VIEW`] as a SQL pipeline, `v.sql` in `dir`.
+fn pipeline(dir: &Path) -> std::path::PathBuf {
+    write(dir, "v.sql", &bin::ddl_of(VIEW, INT_TYPES))
+}
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let p = dir.join(name);
@@ -48,11 +69,17 @@ fn run_ok(args: &[&str]) -> String {
 #[test]
 fn run_replays_a_csv_with_rfc3339_times() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let view = write(dir.path(), "v.toml", VIEW);
+    let types = "auction BIGINT, price BIGINT, ts TIMESTAMP";
+    for view in spellings(dir.path(), VIEW, types) {
+        replays_a_csv_with_rfc3339_times(dir.path(), &view);
+    }
+}
+
+fn replays_a_csv_with_rfc3339_times(dir: &Path, view: &Path) {
     // 3 rows per trigger: trigger 1 ends at W = 13s - 2s = 11s, closing [0s,10s);
     // in trigger 2 the 2s row is late; finish closes [10s,20s) and [20s,30s).
     let csv = write(
-        dir.path(),
+        dir,
         "bids.csv",
         "auction,price,ts\n\
          1,10,2026-01-01T00:00:01Z\n\
@@ -61,11 +88,11 @@ fn run_replays_a_csv_with_rfc3339_times() {
          1,5,2026-01-01T00:00:02Z\n\
          2,7,2026-01-01T00:00:25Z\n",
     );
-    let out = dir.path().join("out.csv");
-    let report = dir.path().join("report.jsonl");
+    let out = dir.join("out.csv");
+    let report = dir.join("report.jsonl");
     run_ok(&[
         "run",
-        "--view",
+        bin::spec_flag(view),
         view.to_str().expect("utf8"),
         "--input",
         &format!("bids={}", csv.display()),
@@ -90,7 +117,12 @@ fn run_replays_a_csv_with_rfc3339_times() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("json line"))
         .collect();
-    assert_eq!(lines.len(), 3, "two triggers and the finish");
+    assert_eq!(
+        lines.len(),
+        3,
+        "{}: two triggers and the finish",
+        view.display()
+    );
     for key in [
         "epoch",
         "watermark",
@@ -115,16 +147,21 @@ fn run_replays_a_csv_with_rfc3339_times() {
 #[test]
 fn run_takes_integer_millisecond_times_and_writes_parquet() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let view = write(dir.path(), "v.toml", VIEW);
+    for view in spellings(dir.path(), VIEW, INT_TYPES) {
+        integer_millisecond_times_to_parquet(dir.path(), &view);
+    }
+}
+
+fn integer_millisecond_times_to_parquet(dir: &Path, view: &Path) {
     let csv = write(
-        dir.path(),
+        dir,
         "bids.csv",
         "auction,price,ts\n1,10,1000\n1,5,9999\n2,20,10000\n",
     );
-    let out = dir.path().join("out.parquet");
+    let out = dir.join("out.parquet");
     run_ok(&[
         "run",
-        "--view",
+        bin::spec_flag(view),
         view.to_str().expect("utf8"),
         "--input",
         &format!("bids={}", csv.display()),
@@ -191,8 +228,6 @@ fn demo_runs_and_shows_windows_closing() {
     assert!(text.contains("done in"), "{text}");
 }
 
-use crate::common::bin;
-
 /// `n` in-order bids with integer millisecond times, as CSV text.
 fn int_bids(n: usize) -> String {
     let mut s = String::from("auction,price,ts\n");
@@ -210,7 +245,7 @@ fn int_bids(n: usize) -> String {
 fn run_args(view: &Path, input: &Path, extra: &[&str]) -> Vec<String> {
     let mut a = vec![
         "run".to_string(),
-        "--view".into(),
+        bin::spec_flag(view).into(),
         view.display().to_string(),
         "--input".into(),
         format!("bids={}", input.display()),
@@ -230,42 +265,39 @@ fn a_declared_schema_wins_and_the_header_must_match_it() {
             &format!("event_time = \"ts\"\nschema = \"{schema}\""),
         )
     };
-    let view = write(
-        dir.path(),
-        "v.toml",
-        &declared("auction BIGINT, price DOUBLE, ts BIGINT"),
-    );
     let input = write(
         dir.path(),
         "bids.csv",
         "auction,price,ts\n1,10,1000\n1,30,2000\n2,5,12000\n",
     );
-    let out = dir.path().join("out.csv");
-    let o = bin::run(run_args(
-        &view,
-        &input,
-        &["--output", out.to_str().expect("utf8")],
-    ));
-    assert!(o.ok(), "{}", o.stderr);
-    // SUM over the declared DOUBLE, not over an inferred BIGINT
-    assert_eq!(rows(&out), vec!["0,10000,1,2,40.0", "10000,20000,2,1,5.0"]);
+    // declared in the TOML spec's schema, or in the pipeline's CREATE SOURCE
+    let types = "auction BIGINT, price DOUBLE, ts BIGINT";
+    for view in spellings(dir.path(), &declared(types), types) {
+        let out = dir.path().join("out.csv");
+        let o = bin::run(run_args(
+            &view,
+            &input,
+            &["--output", out.to_str().expect("utf8")],
+        ));
+        assert!(o.ok(), "{}: {}", view.display(), o.stderr);
+        // SUM over the declared DOUBLE, not over an inferred BIGINT
+        assert_eq!(rows(&out), vec!["0,10000,1,2,40.0", "10000,20000,2,1,5.0"]);
+    }
 
-    let short = write(
-        dir.path(),
-        "short.toml",
-        &declared("auction BIGINT, ts BIGINT"),
-    );
-    let o = bin::run(run_args(&short, &input, &[]));
-    assert_eq!(o.code, Some(1), "{}", o.stderr);
-    for needle in ["bids.csv", "auction, price, ts", "not declared: price"] {
-        assert!(o.stderr.contains(needle), "no {needle:?} in {}", o.stderr);
+    let types = "auction BIGINT, ts BIGINT";
+    for short in spellings(dir.path(), &declared(types), types) {
+        let o = bin::run(run_args(&short, &input, &[]));
+        assert_eq!(o.code, Some(1), "{}", o.stderr);
+        for needle in ["bids.csv", "auction, price, ts", "not declared: price"] {
+            assert!(o.stderr.contains(needle), "no {needle:?} in {}", o.stderr);
+        }
     }
 }
 
 #[test]
 fn a_resume_whose_output_does_not_match_the_checkpoint_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let view = write(dir.path(), "v.toml", VIEW);
+    let view = pipeline(dir.path());
     let input = write(dir.path(), "bids.csv", &int_bids(200));
     let out = dir.path().join("out.csv");
     let clean = dir.path().join("clean.csv");
@@ -377,11 +409,8 @@ fn a_resume_whose_output_does_not_match_the_checkpoint_is_refused() {
 #[test]
 fn a_finished_run_is_not_run_again() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let view = write(
-        dir.path(),
-        "v.toml",
-        &VIEW.replace("output = \"append\"", "output = \"complete\""),
-    );
+    let complete = VIEW.replace("output = \"append\"", "output = \"complete\"");
+    let view = write(dir.path(), "v.sql", &bin::ddl_of(&complete, INT_TYPES));
     let input = write(dir.path(), "bids.csv", &int_bids(120));
     let out = dir.path().join("out.csv");
     let root = bin::url(&dir.path().join("state"));
@@ -442,7 +471,7 @@ fn the_report_does_not_repeat_epochs_after_a_resume() {
 #[test]
 fn a_resume_over_another_or_a_shorter_input_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let view = write(dir.path(), "v.toml", VIEW);
+    let view = pipeline(dir.path());
     let text = int_bids(400);
     let input = write(dir.path(), "bids.csv", &text);
     let root = bin::url(&dir.path().join("state"));
@@ -519,13 +548,15 @@ fn resumed_csv_and_parquet_inputs_continue_at_their_offset() {
         &["--output", clean.to_str().expect("utf8")],
     ));
     assert!(o.ok(), "{}", o.stderr);
-    for (name, input) in [("csv", &csv_in), ("pq", &pq_in)] {
+    // the Parquet input resumes under the SQL spelling, the CSV under the TOML one
+    let sql = pipeline(dir.path());
+    for (name, input, view) in [("csv", &csv_in, &view), ("pq", &pq_in, &sql)] {
         let out = dir.path().join(format!("{name}.csv"));
         let root = bin::url(&dir.path().join(format!("state-{name}")));
         let o = out.to_str().expect("utf8");
         for limit in ["3", "4", "1"] {
             let r = bin::run(run_args(
-                &view,
+                view,
                 input,
                 &[
                     "--output",
@@ -539,7 +570,7 @@ fn resumed_csv_and_parquet_inputs_continue_at_their_offset() {
             assert!(r.ok(), "{}", r.stderr);
         }
         let r = bin::run(run_args(
-            &view,
+            view,
             input,
             &["--output", o, "--state-root", &root],
         ));
@@ -600,7 +631,7 @@ fn inspect_reads_only_and_marks_broken_epochs_and_the_lease() {
 #[test]
 fn a_held_lease_is_taken_over_only_on_purpose() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let view = write(dir.path(), "v.toml", VIEW);
+    let view = pipeline(dir.path());
     let input = write(dir.path(), "bids.csv", &int_bids(100));
     let state = dir.path().join("state");
     let root = bin::url(&state);

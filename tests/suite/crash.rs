@@ -3,13 +3,15 @@
 //! small, so some kills land while a checkpoint is being written) and
 //! restarted until the input is done. Its `--output` file must then equal an
 //! uninterrupted run's, row for row: every on-time row counted, no window
-//! twice, no torn row.
+//! twice, no torn row. The clean run and the killed runs are given the
+//! view in its two spellings (a TOML spec, a SQL pipeline with the window in
+//! the query), so the equality also holds across them.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::rng;
+use crate::common::{bin, rng};
 use rng::SplitMix;
 
 fn write_input(dir: &Path, rows: usize) -> std::path::PathBuf {
@@ -63,30 +65,43 @@ fn sorted_lines(p: &Path) -> Vec<String> {
     v
 }
 
+/// The view as a TOML spec and as a SQL pipeline; odd seeds run cleanly
+/// from the TOML spec and are killed running the SQL one, even seeds the
+/// other way round.
 fn crash_until_done(sql: &str, mode: &str, output: &str, seed: u64, window: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let input = write_input(dir.path(), 8000);
-    let v = view(dir.path(), sql, mode, output, window);
-    killed_runs_equal_a_clean_one(dir.path(), &input, "--view", &v, seed);
+    let toml = view(dir.path(), sql, mode, output, window);
+    let text = std::fs::read_to_string(&toml).expect("view");
+    let ddl = dir.path().join("v.sql");
+    let columns = "auction BIGINT, price BIGINT, ts BIGINT";
+    std::fs::write(&ddl, bin::ddl_of(&text, columns)).expect("pipeline");
+    let (clean, killed) = match seed % 2 {
+        1 => (&toml, &ddl),
+        _ => (&ddl, &toml),
+    };
+    killed_runs_equal_a_clean_one(dir.path(), &input, clean, killed, seed);
 }
 
-/// Runs `thund run {flag} {spec}` over `input` once cleanly, then killed
-/// and restarted until done: both outputs must be equal.
-fn killed_runs_equal_a_clean_one(dir: &Path, input: &Path, flag: &str, spec: &Path, seed: u64) {
-    killed_runs_over_inputs_equal_a_clean_one(dir, &[("bids", input)], flag, spec, seed)
+/// Runs `thund run` over `input` once cleanly with the `clean` spec, then
+/// killed and restarted until done with the `killed` one (a TOML spec or a
+/// `.sql` pipeline each): both outputs must be equal.
+fn killed_runs_equal_a_clean_one(dir: &Path, input: &Path, clean: &Path, killed: &Path, seed: u64) {
+    killed_runs_over_inputs_equal_a_clean_one(dir, &[("bids", input)], clean, killed, seed)
 }
 
 /// [`killed_runs_equal_a_clean_one`] over several sources' inputs.
 fn killed_runs_over_inputs_equal_a_clean_one(
     dir: &Path,
     inputs: &[(&str, &Path)],
-    flag: &str,
-    spec: &Path,
+    clean_spec: &Path,
+    killed_spec: &Path,
     seed: u64,
 ) {
-    let base = |out: &Path| {
+    let base = |spec: &Path, out: &Path| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_thund"));
-        c.args(["run", "--rows-per-trigger", "40", flag]).arg(spec);
+        c.args(["run", "--rows-per-trigger", "40", bin::spec_flag(spec)])
+            .arg(spec);
         for (name, input) in inputs {
             c.arg("--input").arg(format!("{name}={}", input.display()));
         }
@@ -97,7 +112,7 @@ fn killed_runs_over_inputs_equal_a_clean_one(
         c
     };
     let clean = dir.join("clean.csv");
-    assert!(base(&clean).status().expect("run").success());
+    assert!(base(clean_spec, &clean).status().expect("run").success());
 
     let out = dir.join("out.csv");
     let root = format!("file://{}", dir.join("state").display());
@@ -110,7 +125,7 @@ fn killed_runs_over_inputs_equal_a_clean_one(
             runs < 200 && started.elapsed() < Duration::from_secs(240),
             "no progress after {runs} runs"
         );
-        let mut child = base(&out)
+        let mut child = base(killed_spec, &out)
             .arg("--state-root")
             .arg(&root)
             .spawn()
@@ -249,7 +264,7 @@ fn killed_sql_pipeline_runs_resume_exactly() {
            GROUP BY auction, window_start, window_end;\n",
     )
     .expect("pipeline");
-    killed_runs_equal_a_clean_one(dir.path(), &input, "--sql", &sql, 7);
+    killed_runs_equal_a_clean_one(dir.path(), &input, &sql, &sql, 7);
 }
 
 /// A windowed join of two sources (bids against asks of the same auction in
@@ -291,7 +306,7 @@ fn killed_join_runs_resume_exactly() {
     killed_runs_over_inputs_equal_a_clean_one(
         dir.path(),
         &[("bids", &bids), ("asks", &asks)],
-        "--sql",
+        &sql,
         &sql,
         8,
     );

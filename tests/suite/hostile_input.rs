@@ -5,7 +5,9 @@
 //! at the limits of `i64`. For each: the exit code, a
 //! message that names the file, line and column, that no row already emitted
 //! is lost, and that the results over the good rows equal a run over the
-//! good rows alone.
+//! good rows alone. The view is given as a TOML spec or, with its window
+//! written in SQL, as a `.sql` pipeline (`--sql`); the random cases take
+//! both in turn.
 //!
 //! A few random cases by default (CI); `THUND_PROPTEST_CASES=200` runs more.
 
@@ -14,7 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::common::bin;
 use crate::common::rng;
 
-use bin::{csv_rows, parquet_rows, report, run, write};
+use bin::{csv_rows, ddl_of, parquet_rows, report, run, spec_flag, write};
 use rng::SplitMix;
 
 const VIEW: &str = r#"
@@ -30,6 +32,9 @@ allowed_lateness = "1s"
 kind = "tumbling"
 size = "2s"
 "#;
+
+/// The columns of the bids files, as DDL declares them.
+const TYPES: &str = "auction BIGINT, price BIGINT, ts BIGINT";
 
 const COLUMNS: [&str; 3] = ["auction", "price", "ts"];
 const BAD_CELLS: [&str; 6] = ["n/a", "abc", "12x", "#REF!", "--", "1e"];
@@ -70,24 +75,40 @@ fn csv_text(rows: &[Vec<String>]) -> String {
 struct Files {
     _dir: tempfile::TempDir,
     dir: PathBuf,
+    /// [`VIEW`] as a TOML spec.
     view: PathBuf,
+    /// [`VIEW`] as a SQL pipeline, its window in the query.
+    sql: PathBuf,
+}
+
+impl Files {
+    /// The TOML spec for odd `seed`s, the SQL pipeline for even ones.
+    fn spelling(&self, seed: u64) -> &Path {
+        match seed % 2 {
+            0 => &self.sql,
+            _ => &self.view,
+        }
+    }
 }
 
 fn files() -> Files {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
     let view = write(&path, "v.toml", VIEW);
+    let sql = write(&path, "v.sql", &ddl_of(VIEW, TYPES));
     Files {
         _dir: dir,
         dir: path,
         view,
+        sql,
     }
 }
 
+/// `thund run` of `view` (a TOML spec or a `.sql` pipeline) over `input`.
 fn args(view: &Path, input: &Path, per: usize, output: &Path) -> Vec<String> {
     vec![
         "run".into(),
-        "--view".into(),
+        spec_flag(view).into(),
         view.display().to_string(),
         "--input".into(),
         format!("bids={}", input.display()),
@@ -109,6 +130,7 @@ fn rows_of(p: &Path) -> Vec<String> {
 /// One random case: a bad cell (or a ragged row) at a random row.
 fn bad_row_case(seed: u64) {
     let f = files();
+    let view = f.spelling(seed);
     let mut r = SplitMix::new(seed);
     let n = 200 + r.below(1300) as usize;
     let per = 40 + r.below(300) as usize;
@@ -136,17 +158,20 @@ fn bad_row_case(seed: u64) {
     let bad_in = write(&f.dir, "bids.csv", &csv_text(&with_bad));
     let good_in = write(&f.dir, "good.csv", &csv_text(&good));
     let line = format!("line {}", at + 2);
-    let ctx = format!("seed {seed}: {n} rows, {per} per trigger, bad row {bad_row:?} at {line}");
+    let ctx = format!(
+        "seed {seed} ({}): {n} rows, {per} per trigger, bad row {bad_row:?} at {line}",
+        view.display()
+    );
 
     // the good rows alone
     let clean = f.dir.join("clean.csv");
-    let o = run(args(&f.view, &good_in, per, &clean));
+    let o = run(args(view, &good_in, per, &clean));
     assert!(o.ok(), "{ctx}: good rows alone failed: {}", o.stderr);
 
     // the file with the bad row: refused, counted, said, and nothing else changes
     let out = f.dir.join("out.csv");
     let rep = f.dir.join("report.jsonl");
-    let mut a = args(&f.view, &bad_in, per, &out);
+    let mut a = args(view, &bad_in, per, &out);
     a.extend(["--report".to_string(), rep.display().to_string()]);
     let o = run(&a);
     assert!(o.ok(), "{ctx}: {}", o.stderr);
@@ -172,7 +197,7 @@ fn bad_row_case(seed: u64) {
     // by the triggers before it is in the output (CSV or Parquet)
     let ext = if r.below(2) == 0 { "csv" } else { "parquet" };
     let strict_out = f.dir.join(format!("strict.{ext}"));
-    let mut a = args(&f.view, &bad_in, per, &strict_out);
+    let mut a = args(view, &bad_in, per, &strict_out);
     a.push("--strict".into());
     let o = run(&a);
     assert_eq!(o.code, Some(1), "{ctx}: --strict must fail: {}", o.stderr);
@@ -185,7 +210,7 @@ fn bad_row_case(seed: u64) {
     }
     let before = at / per;
     let prefix = f.dir.join(format!("prefix.{ext}"));
-    let mut a = args(&f.view, &good_in, per, &prefix);
+    let mut a = args(view, &good_in, per, &prefix);
     a.extend(["--max-triggers".to_string(), before.to_string()]);
     let p = run(&a);
     assert!(p.ok(), "{ctx}: {}", p.stderr);
@@ -257,18 +282,24 @@ fn special_values_case(seed: u64) {
     let ctx = format!(
         "seed {seed}: {n} rows, {per} per trigger, extreme times at lines {extreme_lines:?}"
     );
-    let recompute = write(
-        &f.dir,
-        "r.toml",
-        &VIEW.replace(
-            "output = \"append\"",
-            "output = \"append\"\nmode = \"recompute\"",
-        ),
+    // the TOML spec for odd seeds, the SQL pipeline for even ones
+    let recompute_toml = VIEW.replace(
+        "output = \"append\"",
+        "output = \"append\"\nmode = \"recompute\"",
     );
+    let floats = "auction BIGINT, price DOUBLE, ts BIGINT";
+    let (auto, recompute) = match seed % 2 {
+        0 => (
+            write(&f.dir, "v_floats.sql", &ddl_of(VIEW, floats)),
+            write(&f.dir, "r.sql", &ddl_of(&recompute_toml, floats)),
+        ),
+        _ => (f.view.clone(), write(&f.dir, "r.toml", &recompute_toml)),
+    };
+    let ctx = format!("{ctx} ({})", auto.display());
     let clean = f.dir.join("clean.csv");
-    assert!(run(args(&f.view, &good_in, per, &clean)).ok(), "{ctx}");
+    assert!(run(args(&auto, &good_in, per, &clean)).ok(), "{ctx}");
     let mut outs = Vec::new();
-    for view in [&f.view, &recompute] {
+    for view in [&auto, &recompute] {
         let out = f.dir.join("out.csv");
         let o = run(args(view, &input, per, &out));
         assert!(o.ok(), "{ctx}: {}", o.stderr);
@@ -386,10 +417,20 @@ fn an_empty_or_header_only_csv_says_so() {
             "event_time = \"ts\"\nschema = \"auction BIGINT, price BIGINT, ts BIGINT\"",
         ),
     );
-    let out = f.dir.join("o3.csv");
-    let o = run(args(&typed, &header, 10, &out));
-    assert!(o.ok(), "{}", o.stderr);
-    assert!(csv_rows(&out).is_empty());
+    for typed in [&typed, &f.sql] {
+        let out = f.dir.join("o3.csv");
+        let o = run(args(typed, &header, 10, &out));
+        assert!(o.ok(), "{}: {}", typed.display(), o.stderr);
+        assert!(csv_rows(&out).is_empty());
+    }
+    // a zero-byte file has no header to check the declared columns against
+    let o = run(args(&f.sql, &empty, 10, &f.dir.join("o4.csv")));
+    assert_eq!(o.code, Some(1));
+    assert!(
+        o.stderr.contains("empty.csv") && o.stderr.contains("empty (0 bytes)"),
+        "{}",
+        o.stderr
+    );
 }
 
 fn write_parquet(path: &Path, rows: &[[String; 3]], group: usize) {
@@ -431,9 +472,11 @@ fn a_parquet_input_gives_the_csv_results_and_a_broken_one_is_named() {
     write_parquet(&pq_in, &rows, 128);
     let (a, b) = (f.dir.join("a.csv"), f.dir.join("b.csv"));
     assert!(run(args(&f.view, &csv_in, 100, &a)).ok());
-    let o = run(args(&f.view, &pq_in, 100, &b));
-    assert!(o.ok(), "{}", o.stderr);
-    assert_eq!(csv_rows(&a), csv_rows(&b));
+    for view in [&f.view, &f.sql] {
+        let o = run(args(view, &pq_in, 100, &b));
+        assert!(o.ok(), "{}: {}", view.display(), o.stderr);
+        assert_eq!(csv_rows(&a), csv_rows(&b), "{}", view.display());
+    }
     assert!(!csv_rows(&a).is_empty());
 
     let zero = write(&f.dir, "zero.parquet", "");
@@ -496,8 +539,8 @@ fn an_output_that_is_an_input_is_refused() {
     std::fs::create_dir(f.dir.join("sub")).expect("mkdir");
     // the same file under another spelling
     let same = f.dir.join("sub").join("..").join("bids.csv");
-    for flag in ["--output", "--report"] {
-        let mut a = args(&f.view, &input, 50, &f.dir.join("o.csv"));
+    for (flag, view) in [("--output", &f.view), ("--report", &f.sql)] {
+        let mut a = args(view, &input, 50, &f.dir.join("o.csv"));
         if flag == "--output" {
             a[8] = same.display().to_string();
         } else {
@@ -517,13 +560,12 @@ fn an_output_that_is_an_input_is_refused() {
 #[test]
 fn a_parquet_output_stays_readable_after_a_failure_midway() {
     let f = files();
-    let view = write(
-        &f.dir,
-        "sum.toml",
+    let toml =
         "name = \"v\"\nsql = \"SELECT auction, SUM(price) AS volume FROM bids GROUP BY auction\"\n\
          [[source]]\nname = \"bids\"\nevent_time = \"ts\"\n\
-         [window]\nkind = \"tumbling\"\nsize = \"10s\"\n",
-    );
+         [window]\nkind = \"tumbling\"\nsize = \"10s\"\n";
+    let toml_view = write(&f.dir, "sum.toml", toml);
+    let sql_view = write(&f.dir, "sum.sql", &ddl_of(toml, TYPES));
     // trigger 2 closes [0s, 10s); trigger 3's sum does not fit BIGINT
     let big = i64::MAX / 2 + 1;
     let input = write(
@@ -533,11 +575,14 @@ fn a_parquet_output_stays_readable_after_a_failure_midway() {
             "auction,price,ts\n1,10,1000\n2,20,2000\n1,5,12000\n2,6,13000\n1,{big},15000\n1,{big},16000\n1,1,30000\n1,1,31000\n"
         ),
     );
-    let out = f.dir.join("out.parquet");
-    let o = run(args(&view, &input, 2, &out));
-    assert_eq!(o.code, Some(1), "the sum must overflow: {}", o.stderr);
-    let rows = parquet_rows(&out).unwrap_or_else(|e| panic!("unreadable after the failure: {e}"));
-    assert_eq!(rows, vec!["0,10000,1,10", "0,10000,2,20"], "{}", o.stderr);
+    for view in [&toml_view, &sql_view] {
+        let out = f.dir.join("out.parquet");
+        let o = run(args(view, &input, 2, &out));
+        assert_eq!(o.code, Some(1), "the sum must overflow: {}", o.stderr);
+        let rows =
+            parquet_rows(&out).unwrap_or_else(|e| panic!("unreadable after the failure: {e}"));
+        assert_eq!(rows, vec!["0,10000,1,10", "0,10000,2,20"], "{}", o.stderr);
+    }
 }
 
 #[test]

@@ -52,20 +52,23 @@ fn arrangement_size_is_bounded_by_open_windows_times_keys() {
         .with_state_root("memory://bounded-state")
         .build()
         .expect("engine");
-    state_is_bounded_by_open_windows_times_keys(e);
+    state_is_bounded_by_open_windows_times_keys(e, false);
 }
 
 /// Without checkpoints nothing reads a trace, so the workers keep none: the
 /// state is their table of open windows, which closes windows as W passes.
+/// (The window is written in the SQL here, in the spec above.)
 #[test]
 fn open_windows_without_checkpoints_are_bounded_by_open_windows_times_keys() {
-    state_is_bounded_by_open_windows_times_keys(Engine::builder().build().expect("engine"));
+    let e = Engine::builder().build().expect("engine");
+    state_is_bounded_by_open_windows_times_keys(e, true);
 }
 
 /// `COUNT(DISTINCT …)` keeps one entry per group and value, in the dataflow
 /// and (Update mode) in the host's table of open groups; `SELECT DISTINCT`
 /// one per row value; a top-rows query its candidates: all are evicted
-/// when their window closes.
+/// when their window closes. Update mode runs with the window written in
+/// the SQL, Append with it in the spec.
 #[test]
 fn distinct_state_is_bounded_by_open_windows_times_keys_times_values() {
     for (sql, per_key) in [
@@ -91,28 +94,37 @@ fn distinct_state_is_bounded_by_open_windows_times_keys_times_values() {
     ] {
         for mode in [OutputMode::Update, OutputMode::Append] {
             let mut e = Engine::builder().build().expect("engine");
-            bounded(&mut e, sql, mode, per_key);
+            bounded(&mut e, sql, mode, per_key, mode == OutputMode::Update);
         }
     }
 }
 
-fn state_is_bounded_by_open_windows_times_keys(mut e: Engine) {
+fn state_is_bounded_by_open_windows_times_keys(mut e: Engine, in_sql: bool) {
     bounded(
         &mut e,
         "SELECT k, COUNT(*) AS c, SUM(v) AS s, MAX(v) AS m FROM t GROUP BY k",
         OutputMode::Append,
         1,
+        in_sql,
     );
+}
+
+/// `spec`, or (`in_sql`) the same view with its window written in the SQL.
+fn spelled(spec: ViewSpec, in_sql: bool) -> ViewSpec {
+    match in_sql {
+        true => crate::common::in_sql(&spec).expect("a SQL spelling"),
+        false => spec,
+    }
 }
 
 /// Runs 2 M rows through 1 s windows; the state must stay within the open
 /// windows × keys × `per_key` entries per group.
-fn bounded(e: &mut Engine, sql: &str, mode: OutputMode, per_key: usize) {
+fn bounded(e: &mut Engine, sql: &str, mode: OutputMode, per_key: usize, in_sql: bool) {
     const KEYS: u64 = 100;
     const BATCHES: usize = 200; // x 10 000 rows = 2 M rows
     let mut spec = view(sql, WindowSpec::tumbling(Duration::from_secs(1)), 500);
     spec.output = mode;
-    e.create_view(spec).expect("view");
+    e.create_view(spelled(spec, in_sql)).expect("view");
     assert_eq!(e.plan("v").expect("plan").path(), PathKind::Incremental);
     // 0.1 ms of event time per row (a batch spans 1 s) and up to 500 ms of
     // disorder; W trails the maximum by 500 ms. Open windows (end > W) then
@@ -150,13 +162,19 @@ fn bounded(e: &mut Engine, sql: &str, mode: OutputMode, per_key: usize) {
 
 #[test]
 fn integer_sum_overflow_is_an_error_not_a_wrap() {
-    let mut e = Engine::builder().build().expect("engine");
-    e.create_view(view(
+    let spec = view(
         "SELECT k, SUM(v) AS s FROM t GROUP BY k",
         WindowSpec::tumbling(Duration::from_secs(1)),
         0,
-    ))
-    .expect("view");
+    );
+    for spec in crate::common::spellings(spec) {
+        sum_overflow_is_an_error(spec);
+    }
+}
+
+fn sum_overflow_is_an_error(spec: ViewSpec) {
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(spec).expect("view");
     let big = i64::MAX / 2 + 1;
     e.push("t", batch(vec![1, 1], vec![big, big], vec![10, 20]))
         .expect("push");
@@ -170,17 +188,23 @@ fn integer_sum_overflow_is_an_error_not_a_wrap() {
 
 #[test]
 fn frontier_follows_w_when_the_source_goes_idle() {
-    let clock = ManualClock::new(0);
-    let mut e = Engine::builder()
-        .with_clock(Arc::new(clock.clone()))
-        .build()
-        .expect("engine");
     let spec = ViewSpec::builder("v", "SELECT k, COUNT(*) AS c FROM t GROUP BY k")
         .source("t", "ts", schema())
         .window(WindowSpec::tumbling(Duration::from_secs(1)))
         .idle_timeout(Duration::from_secs(5))
         .build()
         .expect("spec");
+    for spec in crate::common::spellings(spec) {
+        frontier_follows_w(spec);
+    }
+}
+
+fn frontier_follows_w(spec: ViewSpec) {
+    let clock = ManualClock::new(0);
+    let mut e = Engine::builder()
+        .with_clock(Arc::new(clock.clone()))
+        .build()
+        .expect("engine");
     e.create_view(spec).expect("view");
     e.push("t", batch(vec![1], vec![1], vec![2_500]))
         .expect("push");
@@ -223,18 +247,22 @@ fn avg_of_an_all_null_group_is_null_and_count_is_zero() {
             false,
         ),
     ]));
-    let mut e = Engine::builder().build().expect("engine");
-    e.create_view(
-        ViewSpec::builder(
-            "v",
-            "SELECT k, AVG(v) AS a, COUNT(v) AS c, SUM(v) AS s FROM t GROUP BY k",
-        )
-        .source("t", "ts", schema.clone())
-        .window(WindowSpec::tumbling(Duration::from_secs(1)))
-        .build()
-        .expect("spec"),
+    let spec = ViewSpec::builder(
+        "v",
+        "SELECT k, AVG(v) AS a, COUNT(v) AS c, SUM(v) AS s FROM t GROUP BY k",
     )
-    .expect("view");
+    .source("t", "ts", schema.clone())
+    .window(WindowSpec::tumbling(Duration::from_secs(1)))
+    .build()
+    .expect("spec");
+    for spec in crate::common::spellings(spec) {
+        all_null_group(spec, schema.clone());
+    }
+}
+
+fn all_null_group(spec: ViewSpec, schema: SchemaRef) {
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(spec).expect("view");
     assert_eq!(e.plan("v").expect("plan").path(), PathKind::Incremental);
     let b = RecordBatch::try_new(
         schema,
@@ -302,7 +330,9 @@ fn session_state_is_bounded_by_open_panes_times_keys() {
             500,
         );
         spec.output = mode;
-        e.create_view(spec).expect("view");
+        // Update mode with the window written in the SQL
+        e.create_view(spelled(spec, mode == OutputMode::Update))
+            .expect("view");
         assert_eq!(e.plan("v").expect("plan").path(), PathKind::Incremental);
         // open rows span at most [W − 500 ms, W + 1 s + 500 ms): 2 s, about 7
         // panes of 300 ms, each kept 3 gaps (+3), one carried: 11 units per key,
@@ -348,23 +378,33 @@ fn session_state_is_bounded_by_open_panes_times_keys() {
 /// A windowed join keeps each side's rows of the open windows (and the
 /// pairs they made): 2 M rows through 1 s windows, two sources, state bounded
 /// by the open windows' rows; without eviction it would hold every row.
+/// Update mode runs with the window written in the SQL.
 #[test]
 fn join_state_is_bounded_by_the_open_windows_rows() {
     const BATCHES: usize = 100; // x 2 sources x 10 000 rows = 2 M rows
     const ROWS: usize = 10_000;
     for mode in [OutputMode::Append, OutputMode::Update] {
         let mut e = Engine::builder().build().expect("engine");
-        let spec = ViewSpec::builder(
-            "v",
-            "SELECT a.k, a.v, b.v AS bv FROM a JOIN b ON a.k = b.k WHERE a.v < b.v",
-        )
-        .source("a", "ts", schema())
-        .source("b", "ts", schema())
-        .window(WindowSpec::tumbling(Duration::from_secs(1)))
-        .allowed_lateness(Duration::from_millis(500))
-        .output(mode)
-        .build()
-        .expect("spec");
+        let in_sql = mode == OutputMode::Update;
+        let sql = match in_sql {
+            false => "SELECT a.k, a.v, b.v AS bv FROM a JOIN b ON a.k = b.k WHERE a.v < b.v",
+            true => {
+                "SELECT a.window_start, a.window_end, a.k, a.v, b.v AS bv \
+                 FROM TUMBLE(a, ts, INTERVAL '1' SECOND) AS a \
+                 JOIN TUMBLE(b, ts, INTERVAL '1' SECOND) AS b \
+                 ON a.k = b.k AND a.window_start = b.window_start AND a.window_end = b.window_end \
+                 WHERE a.v < b.v"
+            }
+        };
+        let mut spec = ViewSpec::builder("v", sql)
+            .source("a", "ts", schema())
+            .source("b", "ts", schema())
+            .allowed_lateness(Duration::from_millis(500))
+            .output(mode);
+        if !in_sql {
+            spec = spec.window(WindowSpec::tumbling(Duration::from_secs(1)));
+        }
+        let spec = spec.build().expect("spec");
         e.create_view(spec).expect("view");
         assert_eq!(e.plan("v").expect("plan").path(), PathKind::Incremental);
         // open windows hold at most 2 s of rows (as above): 2 x 10 000 per

@@ -33,6 +33,12 @@ fn rows_behind_w_are_late_only_when_all_their_windows_closed() {
         .window(WindowSpec::tumbling(Duration::from_secs(10)))
         .build()
         .expect("spec");
+    for spec in common::spellings(spec) {
+        late_only_when_all_windows_closed(spec);
+    }
+}
+
+fn late_only_when_all_windows_closed(spec: ViewSpec) {
     let mut e = engine_with(spec);
     e.push("t", batch(&[ev(1_000, 1), ev(12_000, 1)]))
         .expect("push");
@@ -109,6 +115,12 @@ fn a_hopping_row_counts_only_in_its_open_windows() {
         ))
         .build()
         .expect("spec");
+    for spec in common::spellings(spec) {
+        hopping_row_in_open_windows(spec);
+    }
+}
+
+fn hopping_row_in_open_windows(spec: ViewSpec) {
     let mut e = engine_with(spec);
     e.push("t", batch(&[ev(6_000, 1), ev(10_000, 1)]))
         .expect("push");
@@ -137,7 +149,7 @@ fn a_hopping_row_counts_only_in_its_open_windows() {
 /// same windows with the same counts at every trigger.
 #[test]
 fn hopping_windows_near_the_ends_of_time_agree_on_both_paths() {
-    let run = |mode: thund::ExecMode| {
+    let run = |mode: thund::ExecMode, in_sql: bool| {
         let spec = ViewSpec::builder(
             "v",
             "SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k",
@@ -150,6 +162,10 @@ fn hopping_windows_near_the_ends_of_time_agree_on_both_paths() {
         .mode(mode)
         .build()
         .expect("spec");
+        let spec = match in_sql {
+            true => common::in_sql(&spec).expect("a SQL spelling"),
+            false => spec,
+        };
         let mut e = engine_with(spec);
         let mut out = Vec::new();
         for base in [i64::MIN, -30_000, i64::MAX - 60_000] {
@@ -172,8 +188,10 @@ fn hopping_windows_near_the_ends_of_time_agree_on_both_paths() {
         out.push((canon(&fin.views[0].output), fin.views[0].late_rows_dropped));
         out
     };
-    let incremental = run(thund::ExecMode::Auto);
-    assert_eq!(incremental, run(thund::ExecMode::Recompute));
+    let incremental = run(thund::ExecMode::Auto, false);
+    assert_eq!(incremental, run(thund::ExecMode::Recompute, false));
+    assert_eq!(incremental, run(thund::ExecMode::Auto, true), "in SQL");
+    assert_eq!(incremental, run(thund::ExecMode::Recompute, true), "in SQL");
     // some windows closed before the end of the stream, and at the end
     assert!(incremental[..incremental.len() - 1]
         .iter()
@@ -198,7 +216,9 @@ fn without_a_window_rows_behind_w_are_late() {
     assert_eq!(canon(&r.views[0].output), vec!["1|2".to_string()]);
 }
 
-fn two_sources(idle: Duration, clock: &ManualClock) -> Engine {
+/// A view over `a` that `b` holds W back for, with the window in the spec or
+/// (`in_sql`) in the SQL.
+fn two_sources(idle: Duration, clock: &ManualClock, in_sql: bool) -> Engine {
     let spec = ViewSpec::builder("v", "SELECT COUNT(*) AS c FROM a")
         .source("a", "ts", schema())
         .source("b", "ts", schema())
@@ -206,6 +226,10 @@ fn two_sources(idle: Duration, clock: &ManualClock) -> Engine {
         .idle_timeout(idle)
         .build()
         .expect("spec");
+    let spec = match in_sql {
+        true => common::in_sql(&spec).expect("a SQL spelling"),
+        false => spec,
+    };
     let mut e = Engine::builder()
         .with_clock(Arc::new(clock.clone()))
         .build()
@@ -216,8 +240,14 @@ fn two_sources(idle: Duration, clock: &ManualClock) -> Engine {
 
 #[test]
 fn a_quiet_source_stops_holding_w_after_idle_timeout() {
+    for in_sql in [false, true] {
+        quiet_source_stops_holding_w(in_sql);
+    }
+}
+
+fn quiet_source_stops_holding_w(in_sql: bool) {
     let clock = ManualClock::new(0);
-    let mut e = two_sources(Duration::from_secs(5), &clock);
+    let mut e = two_sources(Duration::from_secs(5), &clock, in_sql);
     e.push("a", batch(&[ev(1_000, 1)])).expect("push");
     e.push("b", batch(&[ev(1_000, 1)])).expect("push");
     assert_eq!(e.trigger().expect("t").views[0].watermark, Some(1_000));
@@ -256,8 +286,14 @@ fn a_quiet_source_stops_holding_w_after_idle_timeout() {
 
 #[test]
 fn idle_timeout_zero_holds_w_forever() {
+    for in_sql in [false, true] {
+        idle_zero_holds_w(in_sql);
+    }
+}
+
+fn idle_zero_holds_w(in_sql: bool) {
     let clock = ManualClock::new(0);
-    let mut e = two_sources(Duration::ZERO, &clock);
+    let mut e = two_sources(Duration::ZERO, &clock, in_sql);
     e.push("a", batch(&[ev(1_000, 1)])).expect("push");
     e.push("b", batch(&[ev(1_000, 1)])).expect("push");
     e.trigger().expect("t");

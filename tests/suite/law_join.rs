@@ -4,7 +4,9 @@
 //! all output modes and 1 or 2 workers, the incremental join emits what the
 //! recompute path emits (row for row at every trigger) and what the batch
 //! oracle computes; its frontier equals the watermark (the minimum over both
-//! sources) after every trigger.
+//! sources) after every trigger. Each query is also written with its window
+//! in the SQL, in Flink's form (each side a `HOP` call, the bounds joined
+//! and selected), and emits the same rows at every trigger.
 
 use crate::common;
 
@@ -15,19 +17,65 @@ use common::{answer, batch, canon, cases, oracle, Ev, Win};
 use proptest::prelude::*;
 use thund::{Engine, ExecMode, OutputMode, PathKind, ViewSpec, WindowSpec};
 
-const QUERIES: &[&str] = &[
+/// Each query with its window in the spec, and written in the SQL: `{a}` and
+/// `{b}` stand for the `HOP` calls over `a` and `b`, `{on}` for the bounds'
+/// equality between sides `l` and `r`.
+const QUERIES: &[(&str, &str)] = &[
     // a projection of the pairs (Nexmark q8's shape)
-    "SELECT a.k, a.v, b.g, b.v AS bv, b.ts FROM a JOIN b ON a.k = b.k",
+    (
+        "SELECT a.k, a.v, b.g, b.v AS bv, b.ts FROM a JOIN b ON a.k = b.k",
+        "SELECT a.window_start, a.window_end, a.k, a.v, b.g, b.v AS bv, b.ts \
+         FROM {a} AS a JOIN {b} AS b ON a.k = b.k AND {on:a:b}",
+    ),
     // two keys, a grouped aggregate over the pairs
-    "SELECT a.g, COUNT(*) AS n, SUM(b.v) AS s, MAX(a.f) AS mf FROM a JOIN b ON a.k = b.k AND a.g = b.g GROUP BY a.g",
+    (
+        "SELECT a.g, COUNT(*) AS n, SUM(b.v) AS s, MAX(a.f) AS mf FROM a JOIN b ON a.k = b.k AND a.g = b.g GROUP BY a.g",
+        "SELECT a.window_start, a.window_end, a.g, COUNT(*) AS n, SUM(b.v) AS s, MAX(a.f) AS mf \
+         FROM {a} AS a JOIN {b} AS b ON a.k = b.k AND a.g = b.g AND {on:a:b} \
+         GROUP BY a.window_start, a.window_end, a.g",
+    ),
     // a global aggregate (every window that took a row has its row), a condition across the sides
-    "SELECT COUNT(*) AS n, MIN(b.ts) AS first FROM a JOIN b ON a.k = b.k WHERE a.v > b.v",
+    (
+        "SELECT COUNT(*) AS n, MIN(b.ts) AS first FROM a JOIN b ON a.k = b.k WHERE a.v > b.v",
+        "SELECT a.window_start, a.window_end, COUNT(*) AS n, MIN(b.ts) AS first \
+         FROM {a} AS a JOIN {b} AS b ON a.k = b.k AND {on:a:b} WHERE a.v > b.v \
+         GROUP BY a.window_start, a.window_end",
+    ),
     // each side filtered and projected in a subquery; NULL keys (v) never meet
-    "SELECT x.k, x.v2, y.g FROM (SELECT k, v * 2 AS v2 FROM a WHERE f < 50) x \
-     JOIN (SELECT k, g, v FROM b WHERE g <> 'a') y ON x.v2 = y.v * 2 AND x.k = y.k",
-    "SELECT DISTINCT a.k, b.g FROM a JOIN b ON a.k = b.k AND a.ts < b.ts",
-    "SELECT a.k, b.v FROM a JOIN b ON a.k = b.k ORDER BY b.v DESC NULLS LAST, a.k, b.ts, a.ts LIMIT 3",
+    (
+        "SELECT x.k, x.v2, y.g FROM (SELECT k, v * 2 AS v2 FROM a WHERE f < 50) x \
+         JOIN (SELECT k, g, v FROM b WHERE g <> 'a') y ON x.v2 = y.v * 2 AND x.k = y.k",
+        "SELECT x.window_start, x.window_end, x.k, x.v2, y.g \
+         FROM (SELECT window_start, window_end, k, v * 2 AS v2 FROM {a} WHERE f < 50) x \
+         JOIN (SELECT window_start, window_end, k, g, v FROM {b} WHERE g <> 'a') y \
+         ON x.v2 = y.v * 2 AND x.k = y.k AND {on:x:y}",
+    ),
+    (
+        "SELECT DISTINCT a.k, b.g FROM a JOIN b ON a.k = b.k AND a.ts < b.ts",
+        "SELECT DISTINCT a.window_start, a.window_end, a.k, b.g \
+         FROM {a} AS a JOIN {b} AS b ON a.k = b.k AND a.ts < b.ts AND {on:a:b}",
+    ),
+    (
+        "SELECT a.k, b.v FROM a JOIN b ON a.k = b.k ORDER BY b.v DESC NULLS LAST, a.k, b.ts, a.ts LIMIT 3",
+        "SELECT a.window_start, a.window_end, a.k, b.v \
+         FROM {a} AS a JOIN {b} AS b ON a.k = b.k AND {on:a:b} \
+         ORDER BY b.v DESC NULLS LAST, a.k, b.ts, a.ts LIMIT 3",
+    ),
 ];
+
+/// A query of [`QUERIES`] written with window `win` in the SQL.
+fn in_sql(template: &str, win: Win) -> String {
+    let mut sql = template
+        .replace("{a}", &common::hop_call_over("a", win))
+        .replace("{b}", &common::hop_call_over("b", win));
+    for (l, r) in [("a", "b"), ("x", "y")] {
+        sql = sql.replace(
+            &format!("{{on:{l}:{r}}}"),
+            &format!("{l}.window_start = {r}.window_start AND {l}.window_end = {r}.window_end"),
+        );
+    }
+    sql
+}
 
 #[derive(Clone, Debug)]
 struct Case {
@@ -36,6 +84,8 @@ struct Case {
     lateness: i64,
     win: Win,
     sql: &'static str,
+    /// The same query with the window in the SQL (a template: [`in_sql`]).
+    sql_form: &'static str,
     mode: OutputMode,
     workers: usize,
 }
@@ -52,37 +102,48 @@ fn case() -> impl Strategy<Value = Case> {
         ],
         1usize..=2,
     )
-        .prop_map(|((a, lateness, win), (b, _, _), sql, mode, workers)| {
-            // each source keeps its own disorder; trigger i takes both streams' i-th part
-            let n = a.len().max(b.len());
-            let triggers = (0..n)
-                .map(|i| {
-                    let mut t: Vec<(usize, Ev)> = Vec::new();
-                    t.extend(a.get(i).into_iter().flatten().map(|e| (0, e.clone())));
-                    t.extend(b.get(i).into_iter().flatten().map(|e| (1, e.clone())));
-                    t
-                })
-                .collect();
-            Case {
-                triggers,
-                lateness,
-                win,
-                sql,
-                mode,
-                workers,
-            }
-        })
+        .prop_map(
+            |((a, lateness, win), (b, _, _), (sql, sql_form), mode, workers)| {
+                // each source keeps its own disorder; trigger i takes both streams' i-th part
+                let n = a.len().max(b.len());
+                let triggers = (0..n)
+                    .map(|i| {
+                        let mut t: Vec<(usize, Ev)> = Vec::new();
+                        t.extend(a.get(i).into_iter().flatten().map(|e| (0, e.clone())));
+                        t.extend(b.get(i).into_iter().flatten().map(|e| (1, e.clone())));
+                        t
+                    })
+                    .collect();
+                Case {
+                    triggers,
+                    lateness,
+                    win,
+                    sql,
+                    sql_form,
+                    mode,
+                    workers,
+                }
+            },
+        )
 }
 
 /// What one run emitted: the mode's final answer, every trigger's rows, the late count.
 type Run = (Vec<String>, Vec<Vec<String>>, u64);
 
-fn run(c: &Case, exec: ExecMode) -> Result<Run, TestCaseError> {
-    let mut spec = ViewSpec::builder("v", c.sql)
-        .window(WindowSpec::hopping(
+/// One run, with the window in the spec or (`window_in_sql`) in the SQL.
+fn run(c: &Case, exec: ExecMode, window_in_sql: bool) -> Result<Run, TestCaseError> {
+    let sql = match window_in_sql {
+        true => in_sql(c.sql_form, c.win),
+        false => c.sql.to_string(),
+    };
+    let mut spec = ViewSpec::builder("v", &sql);
+    if !window_in_sql {
+        spec = spec.window(WindowSpec::hopping(
             Duration::from_millis(c.win.size as u64),
             Duration::from_millis(c.win.slide as u64),
-        ))
+        ));
+    }
+    let mut spec = spec
         .allowed_lateness(Duration::from_millis(c.lateness as u64))
         .output(c.mode)
         .mode(exec);
@@ -138,9 +199,12 @@ proptest! {
     #[test]
     fn incremental_join_equals_recompute_equals_oracle(c in case()) {
         let (expected, late) = oracle(&c.triggers, &["a", "b"], c.lateness, c.win, c.sql);
-        let (inc, inc_rows, inc_late) = run(&c, ExecMode::Auto)?;
-        let (rec, rec_rows, rec_late) = run(&c, ExecMode::Recompute)?;
+        let (inc, inc_rows, inc_late) = run(&c, ExecMode::Auto, false)?;
+        let (rec, rec_rows, rec_late) = run(&c, ExecMode::Recompute, false)?;
         prop_assert_eq!(&inc_rows, &rec_rows, "incremental vs recompute, per trigger");
+        let (_, sql_rows, sql_late) = run(&c, ExecMode::Auto, true)?;
+        prop_assert_eq!(&sql_rows, &inc_rows, "window in SQL vs in the spec, per trigger");
+        prop_assert_eq!(sql_late, late);
         prop_assert_eq!(&inc, &expected, "incremental vs oracle");
         prop_assert_eq!(&rec, &expected, "recompute vs oracle");
         prop_assert_eq!(inc_late, late);

@@ -201,7 +201,12 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 /// Every trigger's rows (and finish's), and the final answer in the mode.
-fn run(c: &Case, exec: ExecMode) -> Result<(Vec<Vec<String>>, Vec<String>), TestCaseError> {
+/// With the window in the spec, or (`in_sql`) written in the SQL.
+fn run(
+    c: &Case,
+    exec: ExecMode,
+    in_sql: bool,
+) -> Result<(Vec<Vec<String>>, Vec<String>), TestCaseError> {
     let spec = ViewSpec::builder("v", &query())
         .source("t", "ts", schema())
         .window(WindowSpec::tumbling(Duration::from_secs(2)))
@@ -210,6 +215,10 @@ fn run(c: &Case, exec: ExecMode) -> Result<(Vec<Vec<String>>, Vec<String>), Test
         .mode(exec)
         .build()
         .expect("spec");
+    let spec = match in_sql {
+        true => common::in_sql(&spec).expect("a SQL spelling"),
+        false => spec,
+    };
     let mut e = Engine::builder()
         .workers(c.workers)
         .build()
@@ -290,9 +299,13 @@ proptest! {
 
     #[test]
     fn min_max_of_ordered_types_agree_on_both_paths_and_with_the_fold(c in case()) {
-        let (inc_rows, inc) = run(&c, ExecMode::Auto)?;
-        let (rec_rows, rec) = run(&c, ExecMode::Recompute)?;
+        let (inc_rows, inc) = run(&c, ExecMode::Auto, false)?;
+        let (rec_rows, rec) = run(&c, ExecMode::Recompute, false)?;
         prop_assert_eq!(&inc_rows, &rec_rows, "incremental vs recompute, per trigger");
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let (sql_rows, _) = run(&c, exec, true)?;
+            prop_assert_eq!(&sql_rows, &inc_rows, "window in SQL ({:?}) vs in the spec", exec);
+        }
         let expected = oracle(&c);
         prop_assert_eq!(&inc, &expected, "incremental vs the fold");
         prop_assert_eq!(&rec, &expected, "recompute vs the fold");

@@ -127,7 +127,7 @@ proptest! {
         workers in (1usize..=2, 1usize..=2),
         compact_every in 1usize..5,
         lazy_sync in any::<bool>(),
-        in_sql in any::<bool>(),
+        in_sql in (any::<bool>(), any::<bool>()),
     ) {
         let mut t = 100_000i64;
         let evs: Vec<Ev> = rows
@@ -141,7 +141,7 @@ proptest! {
 
         // one uninterrupted run
         let mut e = Engine::builder().build().expect("engine");
-        e.create_view(spec(shape, mode, in_sql)).expect("view");
+        e.create_view(spec(shape, mode, in_sql.0)).expect("view");
         let mut outs = Vec::new();
         for trig in &triggers {
             e.push("t", batch(trig)).expect("push");
@@ -161,7 +161,7 @@ proptest! {
                 .checkpoint_compaction(compact_every)
                 .build()
                 .expect("engine");
-            a.create_view(spec(shape, mode, in_sql)).expect("view");
+            a.create_view(spec(shape, mode, in_sql.0)).expect("view");
             prop_assert!(a.recovery("v").expect("view").is_none());
             for (i, trig) in triggers.iter().enumerate().take(crash) {
                 a.push_at("t", batch(trig), i as u64 + 1).expect("push");
@@ -180,7 +180,7 @@ proptest! {
             // the crash: outputs after the last commit are lost with the process
         }
         let mut b = Engine::builder().workers(workers.1).with_state_root(&root).build().expect("engine");
-        b.create_view(spec(shape, mode, in_sql)).expect("resume");
+        b.create_view(spec(shape, mode, in_sql.1)).expect("resume");
         let from = b.source_offset("t").unwrap_or(0) as usize;
         prop_assert_eq!(from, crash / every * every, "resume offset");
         if from > 0 {
@@ -277,8 +277,9 @@ const JOINS: &[&str] = &[
     "SELECT a.g, COUNT(*) AS n, SUM(b.v) AS s FROM a JOIN b ON a.k = b.k WHERE a.v >= b.v GROUP BY a.g",
 ];
 
-fn join_spec(sql: &str, mode: OutputMode) -> ViewSpec {
-    ViewSpec::builder("v", sql)
+/// The join view, with its window in the spec or (`in_sql`) in the SQL.
+fn join_spec(sql: &str, mode: OutputMode, in_sql: bool) -> ViewSpec {
+    let spec = ViewSpec::builder("v", sql)
         .source("a", "ts", common::schema())
         .source("b", "ts", common::schema())
         .window(WindowSpec::hopping(
@@ -288,7 +289,11 @@ fn join_spec(sql: &str, mode: OutputMode) -> ViewSpec {
         .allowed_lateness(Duration::from_millis(300))
         .output(mode)
         .build()
-        .expect("spec")
+        .expect("spec");
+    match in_sql {
+        true => common::in_sql(&spec).expect("a SQL spelling"),
+        false => spec,
+    }
 }
 
 proptest! {
@@ -303,6 +308,8 @@ proptest! {
         crash_frac in 0.0f64..1.0,
         every in 1usize..4,
         workers in (1usize..=2, 1usize..=2),
+        // the window in the spec or in the SQL, before and after the crash
+        in_sql in (any::<bool>(), any::<bool>()),
     ) {
         let mut t = 100_000i64;
         let evs: Vec<(usize, Ev)> = rows
@@ -321,7 +328,7 @@ proptest! {
             }
         };
         let mut e = Engine::builder().build().expect("engine");
-        e.create_view(join_spec(sql, mode)).expect("view");
+        e.create_view(join_spec(sql, mode, false)).expect("view");
         prop_assert_eq!(e.plan("v").expect("plan").path(), PathKind::Incremental);
         let mut outs = Vec::new();
         for (i, trig) in triggers.iter().enumerate() {
@@ -336,7 +343,7 @@ proptest! {
         let mut since_checkpoint: Vec<Vec<RecordBatch>> = Vec::new();
         {
             let mut a = Engine::builder().workers(workers.0).with_state_root(&root).build().expect("engine");
-            a.create_view(join_spec(sql, mode)).expect("view");
+            a.create_view(join_spec(sql, mode, in_sql.0)).expect("view");
             for (i, trig) in triggers.iter().enumerate().take(crash) {
                 push(&mut a, trig, i as u64 + 1);
                 since_checkpoint.push(a.trigger().expect("trigger").views[0].output.clone());
@@ -348,7 +355,7 @@ proptest! {
             }
         }
         let mut b = Engine::builder().workers(workers.1).with_state_root(&root).build().expect("engine");
-        b.create_view(join_spec(sql, mode)).expect("resume");
+        b.create_view(join_spec(sql, mode, in_sql.1)).expect("resume");
         let from = b.source_offset("a").unwrap_or(0) as usize;
         prop_assert_eq!(from, crash / every * every, "resume offset");
         for (i, trig) in triggers.iter().enumerate().skip(from) {

@@ -101,3 +101,45 @@ pub fn report(path: &Path) -> Vec<serde_json::Value> {
 pub fn url(dir: &Path) -> String {
     format!("file://{}", dir.display())
 }
+
+/// A TOML view spec (what `thund run --view` reads) as one SQL DDL text
+/// (what `thund run --sql` reads): each source a `CREATE SOURCE` with the
+/// given `columns` and the spec's watermark, the view a `CREATE VIEW` with
+/// the spec's modes and its window written in the SQL ([`super::in_sql`]).
+pub fn ddl_of(toml: &str, columns: &str) -> String {
+    let spec = thund::ViewSpec::from_toml(toml).expect("a TOML view");
+    let in_sql = super::in_sql(&spec).expect("a window with a SQL spelling");
+    let mark = &spec.watermark;
+    let mut out = String::new();
+    for s in &spec.sources {
+        out.push_str(&format!(
+            "CREATE SOURCE {} ({columns},\n  WATERMARK FOR {t} AS {t} - INTERVAL '{}' MILLISECOND)",
+            s.name,
+            mark.allowed_lateness.as_millis(),
+            t = s.event_time,
+        ));
+        if !mark.idle_timeout.is_zero() {
+            let idle = mark.idle_timeout.as_millis();
+            out.push_str(&format!(" WITH (idle_timeout = '{idle}ms')"));
+        }
+        out.push_str(";\n");
+    }
+    let lower = |d: String| d.to_ascii_lowercase();
+    out.push_str(&format!(
+        "CREATE VIEW {} WITH (output = '{}', mode = '{}') AS\n  {};\n",
+        spec.name,
+        lower(format!("{:?}", spec.output)),
+        lower(format!("{:?}", spec.mode)),
+        in_sql.sql
+    ));
+    out
+}
+
+/// The flag that passes `spec` to `thund run` or `explain`: `--sql` for a
+/// `.sql` pipeline, `--view` for a TOML spec.
+pub fn spec_flag(spec: &Path) -> &'static str {
+    match spec.extension().is_some_and(|e| e == "sql") {
+        true => "--sql",
+        false => "--view",
+    }
+}

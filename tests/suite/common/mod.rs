@@ -447,3 +447,43 @@ pub fn window_call(source: &str, window: &thund::WindowSpec) -> Option<String> {
         }
     })
 }
+
+/// `spec` with its window written in SQL instead of in the spec: the query's
+/// `FROM {source}` reads the window call over the first source the query
+/// reads (the others only hold W back), and the rows carry the bounds first
+/// as the spec's rows do. `None` when there is no window or it has no SQL
+/// spelling (an offset).
+pub fn in_sql(spec: &thund::ViewSpec) -> Option<thund::ViewSpec> {
+    let window = spec.window.as_ref()?;
+    let source = spec.sources.iter().find(|s| {
+        let from = format!("FROM {}", s.name);
+        spec.sql.contains(&format!("{from} "))
+            || spec.sql.contains(&format!("{from})"))
+            || spec.sql.ends_with(&from)
+    })?;
+    let call = window_call(&source.name, window)?.replacen(
+        &format!("{}, ts,", source.name),
+        &format!("{}, {},", source.name, source.event_time),
+        1,
+    );
+    let mut out = spec.clone();
+    out.sql = window_in_sql_over(&spec.sql, &source.name, &call);
+    out.window = None;
+    Some(out)
+}
+
+/// `spec` as built, then (where the window has a SQL spelling) the same view
+/// with the window written in SQL ([`in_sql`]): a test that loops over both
+/// holds for both spellings. Panics when a window without an offset finds
+/// no `FROM` to put its call in, so no test silently runs one spelling.
+pub fn spellings(spec: thund::ViewSpec) -> Vec<thund::ViewSpec> {
+    let sql = in_sql(&spec);
+    let spellable = spec.window.as_ref().is_some_and(|w| w.offset.is_zero());
+    assert!(
+        sql.is_some() || !spellable,
+        "no SQL spelling for {}: {}",
+        spec.name,
+        spec.sql
+    );
+    std::iter::once(spec).chain(sql).collect()
+}
