@@ -81,6 +81,24 @@ pub enum Error {
         /// What is not supported and what to do instead.
         message: String,
     },
+    /// A lookup in a view's table that cannot be served: the view has no
+    /// key, or the key values do not fit its columns.
+    #[error("lookup in view `{view}`: {message}")]
+    Lookup {
+        /// The view's name.
+        view: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A query over the views' tables failed (it does not parse, names an
+    /// unknown view or column, or fails to run).
+    #[error("query over the views failed: {message}\n  SQL: {sql}")]
+    Query {
+        /// The query.
+        sql: String,
+        /// DataFusion's error.
+        message: String,
+    },
     /// `push` or `trigger` after `finish`.
     #[error("the engine has finished (end of stream); no more input is accepted")]
     Finished,

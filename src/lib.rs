@@ -51,6 +51,7 @@ mod paths;
 pub mod plan;
 pub mod spec;
 pub mod state;
+pub mod table;
 pub mod time;
 pub mod watermark;
 pub mod window;
@@ -61,9 +62,12 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use plan::{FallbackReason, PathKind, ViewPlan};
-pub use spec::{ExecMode, OutputMode, SourceSpec, ViewSpec, WatermarkSpec, WindowKind, WindowSpec};
+pub use spec::{
+    ExecMode, OutputMode, Retention, SourceSpec, ViewSpec, WatermarkSpec, WindowKind, WindowSpec,
+};
 pub use state::sidecar::{CheckpointOutcome, CheckpointStats};
 pub use state::StateWarning;
+pub use table::{Change, Subscription, Tables};
 pub use watermark::{Clock, ManualClock, SystemClock, WatermarkTracker};
 
 /// The README's Rust examples, compiled and run as doctests.

@@ -26,6 +26,7 @@ pub struct EngineBuilder {
     compact_every: Option<usize>,
     rejected_retention: Option<usize>,
     takeover: bool,
+    subscriber_buffer: Option<usize>,
 }
 
 impl EngineBuilder {
@@ -147,6 +148,21 @@ impl EngineBuilder {
         self
     }
 
+    /// How many triggers' changes the engine keeps for each view's
+    /// subscribers (default 64, at least 1): a subscriber further behind is
+    /// told it lagged and resumes from the view's contents (see
+    /// [`crate::Subscription`]). The rows are held once for all subscribers.
+    ///
+    /// ```
+    /// let engine = thund::Engine::builder().subscriber_buffer(8).build()?;
+    /// # drop(engine);
+    /// # Ok::<(), thund::Error>(())
+    /// ```
+    pub fn subscriber_buffer(mut self, triggers: usize) -> Self {
+        self.subscriber_buffer = Some(triggers);
+        self
+    }
+
     /// Build the engine; a state root is opened here (a bad URL is an error now).
     ///
     /// ```
@@ -190,6 +206,8 @@ impl EngineBuilder {
             rejected_retention: self
                 .rejected_retention
                 .unwrap_or(super::rejected::DEFAULT_REJECTED_RETENTION),
+            tables: crate::table::Tables::new(),
+            subscriber_buffer: self.subscriber_buffer.unwrap_or(64).max(1),
         })
     }
 }

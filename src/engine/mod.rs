@@ -87,6 +87,9 @@ pub struct Engine {
     cluster: Option<thund_dataflows::Cluster>,
     takeover: Takeover,
     rejected_retention: usize,
+    /// Every view's contents as of the last trigger, for readers on any thread.
+    tables: crate::table::Tables,
+    subscriber_buffer: usize,
 }
 
 impl Engine {
@@ -200,6 +203,26 @@ impl Engine {
             None => runtime.output_schema(),
         };
         let (fingerprint, fingerprint_parts) = view_fingerprint(&spec, &sources, &plan, &output);
+        let runtime_schema = runtime.output_schema();
+        let key = crate::table::key_columns(&logical).map(|cols| {
+            let offset = if spec.window.is_some() { 2 } else { 0 };
+            cols.into_iter().map(|c| c + offset).collect()
+        });
+        let shown: Vec<usize> = match &written {
+            Some(w) => w.columns.clone(),
+            None => (0..runtime_schema.fields().len()).collect(),
+        };
+        let layout =
+            crate::table::contents::Layout::new(&name, output, &runtime_schema, key, &shown)?;
+        let contents = crate::table::contents::Contents::new(
+            Arc::new(layout),
+            spec.output,
+            spec.retention
+                .unwrap_or_else(|| crate::spec::Retention::default_for(spec.window.as_ref())),
+            spec.window.is_some(),
+            &runtime_schema,
+        );
+        let (changes, _) = tokio::sync::broadcast::channel(self.subscriber_buffer);
         let mut view = View {
             pending: vec![Vec::new(); sources.len()],
             spec,
@@ -218,9 +241,12 @@ impl Engine {
             schedule: thund_checkpoint::policy::CheckpointSchedule::new(self.compact_every),
             warnings: Vec::new(),
             written,
+            contents,
+            changes,
         };
         self.attach_state(&mut view)?;
         self.views.push(view);
+        self.publish();
         Ok(())
     }
 
@@ -523,8 +549,9 @@ impl Engine {
             return Err(Error::NoStateRoot);
         };
         for v in &mut self.views {
-            let export = v.runtime.export(v.schedule.want_full())?;
+            let mut export = v.runtime.export(v.schedule.want_full())?;
             v.schedule.record(export.full);
+            export.files.extend(v.contents.export()?);
             let snap = v.tracker.snapshot();
             let mut counters = Counters {
                 late_rows_dropped: v.counters.late_rows_dropped,
@@ -715,6 +742,17 @@ impl Engine {
         self.epoch = epoch;
         let pending = std::mem::take(&mut self.pending_offsets);
         self.offsets.extend(pending);
+        // the contents first, then the changes: a subscriber that lagged and
+        // reads the contents has every trigger it was sent
+        self.publish();
+        for (v, r) in self.views.iter().zip(&reports) {
+            // no subscriber is no error
+            let _ = v.changes.send(Arc::new(crate::table::subscribe::Emitted {
+                epoch,
+                watermark: r.watermark,
+                rows: r.output.clone(),
+            }));
+        }
         let checkpoints = self.sidecar.as_mut().map(|s| s.poll()).unwrap_or_default();
         Ok(TriggerReport {
             epoch,
@@ -722,6 +760,57 @@ impl Engine {
             latency: started.elapsed(),
             checkpoints,
         })
+    }
+
+    /// Publish every view's contents as of this epoch.
+    fn publish(&self) {
+        let views = self
+            .views
+            .iter()
+            .map(|v| {
+                let t = crate::table::ViewTable {
+                    contents: v.contents.published(),
+                    watermark: v.tracker.watermark(),
+                    changes: v.changes.downgrade(),
+                };
+                (v.spec.name.clone(), t)
+            })
+            .collect();
+        self.tables.publish(crate::table::Snapshot {
+            epoch: self.epoch,
+            views,
+        });
+    }
+
+    /// The views as tables, as of the last trigger: a handle to query, look
+    /// up and subscribe from any thread or task while this engine runs (see
+    /// [`Tables`](crate::Tables)).
+    pub fn tables(&self) -> crate::table::Tables {
+        self.tables.clone()
+    }
+
+    /// Run DataFusion SQL over the views as of the last trigger: each view
+    /// is a table of its open windows' current rows and its retained closed
+    /// windows' final rows ([`crate::Retention`]), in its output columns.
+    /// See [`Tables::query`](crate::Tables::query).
+    pub fn query(&self, sql: &str) -> Result<Vec<RecordBatch>> {
+        self.tables.query(sql)
+    }
+
+    /// One key's rows of `view` across the windows held, from its index.
+    /// See [`Tables::lookup`](crate::Tables::lookup).
+    pub fn lookup(
+        &self,
+        view: &str,
+        key: &[datafusion::common::ScalarValue],
+    ) -> Result<RecordBatch> {
+        self.tables.lookup(view, key)
+    }
+
+    /// Subscribe to `view`'s per-trigger changes from the next trigger on.
+    /// See [`Subscription`](crate::Subscription).
+    pub fn subscribe(&self, view: &str) -> Result<crate::table::Subscription> {
+        self.tables.subscribe(view)
     }
 
     /// The current epoch (number of triggers run).

@@ -46,6 +46,10 @@ pub(super) struct View {
     /// A window declared in the SQL: the query as written, and the
     /// runtime's output columns the view shows, in the query's order.
     pub written: Option<Written>,
+    /// What its emissions leave standing: the view as a table.
+    pub contents: crate::table::contents::Contents,
+    /// Where each trigger's emitted rows go to its subscribers.
+    pub changes: tokio::sync::broadcast::Sender<std::sync::Arc<crate::table::subscribe::Emitted>>,
 }
 
 /// A view whose SQL declares its window (`TUMBLE(…)`, `date_bin`, …).
@@ -91,6 +95,8 @@ impl View {
             rejected_rows_evicted: 0,
         };
         self.runtime.import(m.watermark, l)?;
+        self.contents
+            .import(l.batches(crate::state::operator::TABLE))?;
         self.recovery = Some(Recovery {
             epoch: m.epoch,
             watermark: m.watermark,
@@ -208,6 +214,15 @@ impl View {
             self.tracker.advance(now)
         };
         let out = self.runtime.step(on_time, w_prev, w)?;
+        let shown: Vec<RecordBatch> = match &self.written {
+            None => out.batches.clone(),
+            Some(l) => out
+                .batches
+                .iter()
+                .map(|b| l.lay_out(b))
+                .collect::<Result<_>>()?,
+        };
+        self.contents.apply(&out.batches, &shown, w)?;
         self.counters.rows += rows;
         self.counters.late_rows_dropped += late;
         self.counters.invalid_rows += invalid;
@@ -233,14 +248,7 @@ impl View {
             late_rows_dropped: late,
             invalid_rows: invalid,
             windows_closed: out.windows_closed,
-            output: match &self.written {
-                None => out.batches,
-                Some(w) => out
-                    .batches
-                    .iter()
-                    .map(|b| w.lay_out(b))
-                    .collect::<Result<_>>()?,
-            },
+            output: shown,
             path: self.plan.path(),
             reason: self
                 .plan

@@ -34,7 +34,7 @@ use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
 
 use crate::error::{Error, Result};
-use crate::spec::{ExecMode, OutputMode, SourceSpec, ViewSpec, WatermarkSpec};
+use crate::spec::{ExecMode, OutputMode, Retention, SourceSpec, ViewSpec, WatermarkSpec};
 
 /// What a DDL text declares.
 #[derive(Clone, Debug)]
@@ -448,7 +448,18 @@ fn view(
     let stmt = c.stmt;
     let mut output = OutputMode::Append;
     let mut mode = ExecMode::Auto;
+    let mut retention: Option<(Retention, Location)> = None;
     for (k, v, at) in c.options()? {
+        if let Some((_, first)) = retention.filter(|_| k == "retention" || k == "retain_windows") {
+            return Err(err(
+                stmt,
+                at,
+                format!(
+                    "`{k}` after a retention given at line {}, column {}: keep one",
+                    first.line, first.column
+                ),
+            ));
+        }
         match k.as_str() {
             "output" => {
                 output = match v.to_ascii_lowercase().as_str() {
@@ -477,11 +488,30 @@ fn view(
                     }
                 }
             }
+            "retention" => {
+                retention = Some((
+                    Retention::EventTime(duration(stmt, at, "retention", &v)?),
+                    at,
+                ))
+            }
+            "retain_windows" => {
+                let n = v.trim().parse::<usize>().map_err(|_| {
+                    err(
+                        stmt,
+                        at,
+                        format!("retain_windows `{v}`: expected a number of windows"),
+                    )
+                })?;
+                retention = Some((Retention::Windows(n), at))
+            }
             other => {
                 return Err(err(
                     stmt,
                     at,
-                    format!("unknown view option `{other}` (known: output, mode)"),
+                    format!(
+                        "unknown view option `{other}` (known: output, mode, retention, \
+                         retain_windows)"
+                    ),
                 ))
             }
         }
@@ -527,6 +557,9 @@ fn view(
         .idle_timeout(mark.idle_timeout)
         .output(output)
         .mode(mode);
+    if let Some((r, _)) = retention {
+        b = b.retention(r);
+    }
     for (s, _) in &mine {
         b = b.source(
             &s.name,

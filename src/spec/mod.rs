@@ -104,6 +104,30 @@ impl WindowSpec {
     }
 }
 
+/// How long a view's table ([`crate::Engine::query`], [`crate::Engine::lookup`])
+/// keeps a closed window's final rows; open windows are always held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Retention {
+    /// The closed windows that ended within this much event time of the
+    /// watermark (at the end of the stream, of the newest window's end).
+    EventTime(Duration),
+    /// The `n` closed windows that ended last.
+    Windows(usize),
+}
+
+impl Retention {
+    /// The default for `window`: one window's length in event time (the
+    /// size of a tumbling or hopping window, a session's gap); a view
+    /// without a window is one table that nothing closes.
+    pub fn default_for(window: Option<&WindowSpec>) -> Self {
+        Retention::EventTime(match window.map(|w| &w.kind) {
+            Some(WindowKind::Tumbling { size }) | Some(WindowKind::Hopping { size, .. }) => *size,
+            Some(WindowKind::Session { gap, .. }) => *gap,
+            None => Duration::ZERO,
+        })
+    }
+}
+
 /// Watermark parameters of a view.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct WatermarkSpec {
@@ -155,6 +179,8 @@ pub struct ViewSpec {
     pub output: OutputMode,
     /// Which path runs the view.
     pub mode: ExecMode,
+    /// How long its table keeps closed windows; `None`: [`Retention::default_for`] its window.
+    pub retention: Option<Retention>,
 }
 
 /// Builder for [`ViewSpec`].
@@ -175,6 +201,7 @@ impl ViewSpec {
                 window: None,
                 output: OutputMode::Append,
                 mode: ExecMode::Auto,
+                retention: None,
             },
         }
     }
@@ -347,6 +374,11 @@ impl ViewSpecBuilder {
     /// Set the output mode (default Append).
     pub fn output(mut self, mode: OutputMode) -> Self {
         self.spec.output = mode;
+        self
+    }
+    /// How long the view's table keeps closed windows (see [`Retention`]).
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.spec.retention = Some(retention);
         self
     }
     /// Set the execution mode (default Auto).

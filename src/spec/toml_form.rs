@@ -5,7 +5,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{
-    parse_schema, ExecMode, OutputMode, SourceSpec, ViewSpec, WatermarkSpec, WindowKind, WindowSpec,
+    parse_schema, ExecMode, OutputMode, Retention, SourceSpec, ViewSpec, WatermarkSpec, WindowKind,
+    WindowSpec,
 };
 use crate::error::{Error, Result};
 
@@ -24,6 +25,16 @@ pub(super) struct RawSpec {
     watermark: Option<RawWatermark>,
     #[serde(default)]
     window: Option<RawWindow>,
+    #[serde(default)]
+    table: Option<RawTable>,
+}
+
+/// `[table]`: how the view's table keeps closed windows.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTable {
+    retention: Option<String>,
+    retain_windows: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -116,6 +127,20 @@ impl RawSpec {
                 Some(WindowSpec { kind, offset })
             }
         };
+        let retention = match &self.table {
+            None => None,
+            Some(t) => match (&t.retention, t.retain_windows) {
+                (Some(_), Some(_)) => {
+                    return Err(Error::spec(
+                        &v,
+                        "table.retention and table.retain_windows both given: keep one",
+                    ))
+                }
+                (Some(d), None) => Some(Retention::EventTime(duration(&v, "table.retention", d)?)),
+                (None, Some(n)) => Some(Retention::Windows(n)),
+                (None, None) => None,
+            },
+        };
         let spec = ViewSpec {
             name: self.name,
             sql: self.sql,
@@ -140,6 +165,7 @@ impl RawSpec {
             window,
             output: self.output,
             mode: self.mode,
+            retention,
         };
         spec.validate()?;
         Ok(spec)

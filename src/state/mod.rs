@@ -19,6 +19,10 @@ pub mod operator {
     /// Complete mode (both paths): closed windows' final output rows, in the
     /// view's output schema.
     pub const COMPLETE_CLOSED: &str = "complete-closed";
+    /// Both paths: the view's table ([`crate::Tables`]) — its rows in the
+    /// view's output columns after `_thund_window_start` and
+    /// `_thund_window_end` (Int64 ms) — whole in every epoch.
+    pub const TABLE: &str = "table";
     /// Recompute path, session windows: per encoded key, the end of its latest
     /// closed session (`key` Binary, `end` Int64 ms).
     pub const SESSION_CLOSED: &str = "session-closed";

@@ -28,4 +28,5 @@ mod recovery;
 mod routing;
 mod sessions;
 mod sql_shapes;
+mod tables;
 mod window_sql;
