@@ -224,7 +224,8 @@ fn epoch_is_plain_parquet(in_sql: bool) {
             e.1 += r.v.unwrap_or(0);
         }
     }
-    let glob = epoch_dir(dir.path(), 3);
+    // the aggregate's state (beside it, the view's table: see below)
+    let glob = epoch_dir(dir.path(), 3).join("operator-aggregate-w0.parquet");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -262,6 +263,44 @@ fn epoch_is_plain_parquet(in_sql: bool) {
         }
     }
     assert_eq!(seen, want);
+
+    // the view's table, plain Parquet too: the closed window [0 s, 10 s)'s
+    // final rows, per key count and sum (Append mode holds no open window)
+    let table = epoch_dir(dir.path(), 3).join("operator-table-w0.parquet");
+    let got = rt.block_on(async {
+        let ctx = datafusion::prelude::SessionContext::new();
+        ctx.register_parquet("t", table.to_str().expect("utf8"), Default::default())
+            .await?;
+        ctx.sql("SELECT _thund_window_start, k, c, s FROM t ORDER BY k")
+            .await?
+            .collect()
+            .await
+    });
+    let got = got.expect("DataFusion reads the table");
+    let mut closed: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for i in 0..3 {
+        for r in rows(i).iter().filter(|r| r.t < 10_000) {
+            let e = closed.entry(r.k).or_default();
+            e.0 += 1;
+            e.1 += r.v.unwrap_or(0);
+        }
+    }
+    let mut table_rows = BTreeMap::new();
+    for b in &got {
+        let col = |i: usize| {
+            b.column(i)
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .expect("i64")
+                .clone()
+        };
+        let (ws, k, c, s) = (col(0), col(1), col(2), col(3));
+        for i in 0..b.num_rows() {
+            assert_eq!(ws.value(i), 0, "only the closed window");
+            table_rows.insert(k.value(i), (c.value(i), s.value(i)));
+        }
+    }
+    assert_eq!(table_rows, closed);
 }
 
 #[test]
