@@ -273,6 +273,22 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         }
     }
     check_paths(&a, &inputs)?;
+    let sink_url = a
+        .sink
+        .as_deref()
+        .map(crate::io::db::SinkUrl::parse)
+        .transpose()?;
+    if let Some(u) = &sink_url {
+        for (source, input) in &inputs {
+            if canonical(input) == canonical(&u.path) {
+                return Err(CliError::Refused(format!(
+                    "--sink {} is the input of source `{source}`: choose another database file",
+                    u.path.display()
+                )));
+            }
+        }
+    }
+    let output_mode = spec.output;
     let mut readers: Vec<InputReader> = open_inputs(&mut spec, &inputs, "run")?
         .into_iter()
         .flatten()
@@ -389,6 +405,25 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         }
         _ => None,
     };
+    // a database sink: exactly once with a state root (its epochs are this
+    // run's: the state root and the view's fingerprint name the run)
+    let run_id = format!(
+        "{} {}",
+        a.state_root.as_deref().unwrap_or("(no state root)"),
+        engine.fingerprint(&view)?
+    );
+    let mut db = match &sink_url {
+        Some(u) => Some(crate::io::db::SqliteSink::open(
+            u,
+            &view,
+            engine.output_schema(&view)?,
+            output_mode,
+            engine.key_columns(&view)?,
+            &run_id,
+            !exactly_once,
+        )?),
+        None => None,
+    };
     let mut sink = None;
     let mut csv = None;
     let output_path = a.output.as_deref().map(canonical);
@@ -417,6 +452,9 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         }
         if let Some(c) = csv.as_mut() {
             len = c.write(&batches)?;
+        }
+        if let Some(d) = db.as_mut() {
+            d.write(r.epoch, &run_id, &batches)?;
         }
         if let (Some(w), Some(p)) = (report.as_mut(), a.report.as_ref()) {
             for line in r.to_json_lines() {

@@ -903,6 +903,25 @@ impl Engine {
         })
     }
 
+    /// The columns that key `view`'s rows within a window (its `GROUP BY`
+    /// columns; all of them under `DISTINCT`; none for a global aggregate),
+    /// or `None` when its rows have no key: what [`Engine::lookup`] takes and
+    /// a keyed sink upserts on (with the window bounds).
+    pub fn key_columns(&self, view: &str) -> Result<Option<Vec<String>>> {
+        let v = self.view(view)?;
+        Ok(v.contents
+            .layout
+            .key_schema()
+            .map(|s| s.fields().iter().map(|f| f.name().clone()).collect()))
+    }
+
+    /// `view`'s fingerprint: what its checkpoints must match (a hash of its
+    /// per-window SQL, sources, window, watermark, output mode, plan and
+    /// output columns).
+    pub fn fingerprint(&self, view: &str) -> Result<String> {
+        Ok(self.view(view)?.fingerprint.clone())
+    }
+
     /// A view's cumulative counters.
     ///
     /// ```

@@ -1,5 +1,6 @@
 //! Files in and out: CSV and Parquet inputs for `thund run`, read as a
-//! stream of chunks, and the output sinks.
+//! stream of chunks, and the output sinks (files, and [`db`]: keyed,
+//! exactly-once database tables).
 //!
 //! An [`InputReader`] gives the rows of a file a chunk at a time, typed by
 //! the source's declared schema or by inference (CSV: see the rule in
@@ -11,6 +12,7 @@
 //! offset; Parquet: its row group).
 
 mod csv_input;
+pub mod db;
 mod parquet_input;
 mod sink;
 mod typing;

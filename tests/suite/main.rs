@@ -27,6 +27,7 @@ mod ordered_types;
 mod recovery;
 mod routing;
 mod sessions;
+mod sinks;
 mod sql_shapes;
 mod tables;
 mod window_sql;
