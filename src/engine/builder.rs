@@ -27,6 +27,7 @@ pub struct EngineBuilder {
     rejected_retention: Option<usize>,
     takeover: bool,
     subscriber_buffer: Option<usize>,
+    no_tables: bool,
 }
 
 impl EngineBuilder {
@@ -163,6 +164,22 @@ impl EngineBuilder {
         self
     }
 
+    /// Whether views are kept as tables (default `true`): with `false` the
+    /// engine keeps no contents (nothing to maintain per trigger, nothing in
+    /// checkpoints), so `query`, `lookup` and `contents` are errors and a
+    /// subscriber that falls behind the buffer is ended instead of given the
+    /// contents. Subscriptions work either way.
+    ///
+    /// ```
+    /// let engine = thund::Engine::builder().tables(false).build()?;
+    /// # drop(engine);
+    /// # Ok::<(), thund::Error>(())
+    /// ```
+    pub fn tables(mut self, keep: bool) -> Self {
+        self.no_tables = !keep;
+        self
+    }
+
     /// Build the engine; a state root is opened here (a bad URL is an error now).
     ///
     /// ```
@@ -208,6 +225,7 @@ impl EngineBuilder {
                 .unwrap_or(super::rejected::DEFAULT_REJECTED_RETENTION),
             tables: crate::table::Tables::new(),
             subscriber_buffer: self.subscriber_buffer.unwrap_or(64).max(1),
+            keep_tables: !self.no_tables,
         })
     }
 }

@@ -90,6 +90,8 @@ pub struct Engine {
     /// Every view's contents as of the last trigger, for readers on any thread.
     tables: crate::table::Tables,
     subscriber_buffer: usize,
+    /// Whether views are kept as tables.
+    keep_tables: bool,
 }
 
 impl Engine {
@@ -214,7 +216,7 @@ impl Engine {
         };
         let layout =
             crate::table::contents::Layout::new(&name, output, &runtime_schema, key, &shown)?;
-        let contents = crate::table::contents::Contents::new(
+        let mut contents = crate::table::contents::Contents::new(
             Arc::new(layout),
             spec.output,
             spec.retention
@@ -222,6 +224,7 @@ impl Engine {
             spec.window.is_some(),
             &runtime_schema,
         );
+        contents.enabled = self.keep_tables;
         let (changes, _) = tokio::sync::broadcast::channel(self.subscriber_buffer);
         let mut view = View {
             pending: vec![Vec::new(); sources.len()],

@@ -42,33 +42,55 @@ const ALL_TIME: WindowKey = (EventTime::MAX, EventTime::MIN);
 /// The persistent part: cheap to clone, what a snapshot holds.
 #[derive(Clone, Default)]
 pub(crate) struct Rows {
-    /// `(window, key) → row`.
-    rows: imbl::HashMap<(WindowKey, Bytes), Bytes>,
-    /// Each window's keys.
-    windows: imbl::OrdMap<WindowKey, imbl::HashSet<Bytes>>,
+    /// Each window's rows by key.
+    windows: imbl::OrdMap<WindowKey, imbl::HashMap<Bytes, Bytes>>,
     /// Each key's windows (views with a key).
     by_key: imbl::HashMap<Bytes, imbl::OrdSet<WindowKey>>,
+    /// Rows held.
+    len: usize,
 }
 
 impl Rows {
     fn insert(&mut self, w: WindowKey, key: Bytes, row: Bytes, keyed: bool) {
-        self.rows.insert((w, key.clone()), row);
-        self.windows.entry(w).or_default().insert(key.clone());
-        if keyed {
-            self.by_key.entry(key).or_default().insert(w);
+        // an upsert in a window the key is in already leaves the index as it
+        // is: reading first spares copying nodes a snapshot shares
+        let indexed = !keyed || self.by_key.get(&key).is_some_and(|ws| ws.contains(&w));
+        if !indexed {
+            self.by_key.entry(key.clone()).or_default().insert(w);
+        }
+        if self
+            .windows
+            .entry(w)
+            .or_default()
+            .insert(key, row)
+            .is_none()
+        {
+            self.len += 1;
         }
     }
 
+    /// Every row held, windows in order of their end.
+    fn iter(&self) -> impl Iterator<Item = (&WindowKey, &Bytes)> {
+        self.windows
+            .iter()
+            .flat_map(|(w, rows)| rows.values().map(move |r| (w, r)))
+    }
+
+    /// `key`'s row in window `w`.
+    fn get(&self, w: &WindowKey, key: &Bytes) -> Option<&Bytes> {
+        self.windows.get(w).and_then(|rows| rows.get(key))
+    }
+
     fn remove_window(&mut self, w: WindowKey) {
-        let Some(keys) = self.windows.remove(&w) else {
+        let Some(rows) = self.windows.remove(&w) else {
             return;
         };
-        for k in keys {
-            self.rows.remove(&(w, k.clone()));
-            if let Some(ws) = self.by_key.get_mut(&k) {
+        self.len -= rows.len();
+        for k in rows.keys() {
+            if let Some(ws) = self.by_key.get_mut(k) {
                 ws.remove(&w);
                 if ws.is_empty() {
-                    self.by_key.remove(&k);
+                    self.by_key.remove(k);
                 }
             }
         }
@@ -76,7 +98,7 @@ impl Rows {
 
     /// Number of rows held.
     pub fn len(&self) -> usize {
-        self.rows.len()
+        self.len
     }
 
     /// Number of windows held.
@@ -234,6 +256,8 @@ pub(crate) struct Contents {
     /// Keys of rows of views without a key: a counter.
     seq: u64,
     pub rows: Rows,
+    /// Whether the engine keeps tables at all ([`crate::EngineBuilder::tables`]).
+    pub enabled: bool,
 }
 
 impl Contents {
@@ -253,6 +277,7 @@ impl Contents {
             final_col,
             seq: 0,
             rows: Rows::default(),
+            enabled: true,
         }
     }
 
@@ -265,6 +290,9 @@ impl Contents {
         shown: &[RecordBatch],
         w: Option<EventTime>,
     ) -> Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
         if self.mode == OutputMode::Complete {
             self.rows = Rows::default();
         }
@@ -331,18 +359,14 @@ impl Contents {
     /// view's columns after `_thund_window_start` and `_thund_window_end`
     /// (Int64 ms), written whole each epoch and never carried to the next.
     pub fn export(&self) -> Result<Option<StateFile>> {
-        if self.rows.len() == 0 {
+        if !self.enabled || self.rows.len() == 0 {
             return Ok(None);
         }
         let (mut starts, mut ends, mut rows) = (Vec::new(), Vec::new(), Vec::new());
-        for (w, keys) in &self.rows.windows {
-            for k in keys {
-                if let Some(r) = self.rows.rows.get(&(*w, k.clone())) {
-                    starts.push(w.1);
-                    ends.push(w.0);
-                    rows.push(r);
-                }
-            }
+        for (w, r) in self.rows.iter() {
+            starts.push(w.1);
+            ends.push(w.0);
+            rows.push(r);
         }
         let b = self.layout.decode(rows)?;
         let mut fields = vec![
@@ -421,6 +445,7 @@ impl Contents {
         Published {
             layout: self.layout.clone(),
             rows: self.rows.clone(),
+            enabled: self.enabled,
         }
     }
 
@@ -462,16 +487,13 @@ impl Contents {
 pub(crate) struct Published {
     pub layout: Arc<Layout>,
     pub rows: Rows,
+    pub enabled: bool,
 }
 
 impl Published {
     /// Every row held, windows in order of their end.
     pub fn batch(&self) -> Result<RecordBatch> {
-        let rows = self.rows.windows.iter().flat_map(|(w, keys)| {
-            keys.iter()
-                .filter_map(move |k| self.rows.rows.get(&(*w, k.clone())))
-        });
-        self.layout.decode(rows)
+        self.layout.decode(self.rows.iter().map(|(_, r)| r))
     }
 
     /// The rows of `key` across the windows held, in order of their end.
@@ -479,9 +501,7 @@ impl Published {
         let Some(ws) = self.rows.by_key.get(key) else {
             return Ok(RecordBatch::new_empty(self.layout.schema.clone()));
         };
-        let rows = ws
-            .iter()
-            .filter_map(|w| self.rows.rows.get(&(*w, key.clone())));
+        let rows = ws.iter().filter_map(|w| self.rows.get(w, key));
         self.layout.decode(rows)
     }
 }

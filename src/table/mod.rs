@@ -124,14 +124,27 @@ impl Tables {
         *self.current.write() = Arc::new(next);
     }
 
-    /// The snapshot in force and `view`'s table in it.
-    fn table(&self, view: &str) -> Result<(Arc<Snapshot>, ViewTable)> {
+    /// The snapshot in force and `view` in it.
+    fn entry(&self, view: &str) -> Result<(Arc<Snapshot>, ViewTable)> {
         let snap = self.snapshot();
         let t = snap
             .views
             .get(view)
             .cloned()
             .ok_or_else(|| Error::UnknownView(view.to_string()))?;
+        Ok((snap, t))
+    }
+
+    /// [`Self::entry`], for reading the view's rows: an error if the engine
+    /// keeps no tables.
+    fn table(&self, view: &str) -> Result<(Arc<Snapshot>, ViewTable)> {
+        let (snap, t) = self.entry(view)?;
+        if !t.contents.enabled {
+            return Err(Error::Unsupported {
+                view: view.to_string(),
+                message: "the engine keeps no tables (built with `tables(false)`)".into(),
+            });
+        }
         Ok((snap, t))
     }
 
@@ -146,7 +159,7 @@ impl Tables {
     pub fn session(&self) -> SessionContext {
         let snap = self.snapshot();
         let ctx = SessionContext::new();
-        for (name, t) in &snap.views {
+        for (name, t) in snap.views.iter().filter(|(_, t)| t.contents.enabled) {
             let table = provider::ViewProvider::new(t.contents.clone());
             // a view name is unique within an engine: registering cannot clash
             let _ = ctx.register_table(name.as_str(), Arc::new(table));
@@ -219,7 +232,7 @@ impl Tables {
     /// `view`'s watermark as of the trigger the tables are at (`None` = −∞):
     /// every closed window of the table ended at or before it.
     pub fn watermark(&self, view: &str) -> Result<Option<EventTime>> {
-        let (_, t) = self.table(view)?;
+        let (_, t) = self.entry(view)?;
         Ok(t.watermark)
     }
 
@@ -232,7 +245,7 @@ impl Tables {
     /// How many triggers' changes are held for `view`'s subscribers (at most
     /// the engine's [`subscriber_buffer`](crate::EngineBuilder::subscriber_buffer)).
     pub fn backlog(&self, view: &str) -> Result<usize> {
-        let (_, t) = self.table(view)?;
+        let (_, t) = self.entry(view)?;
         Ok(t.changes.upgrade().map_or(0, |tx| tx.len()))
     }
 
@@ -240,7 +253,7 @@ impl Tables {
     /// next trigger on (see [`Subscription`] for the buffer and what a
     /// subscriber that falls behind is told).
     pub fn subscribe(&self, view: &str) -> Result<Subscription> {
-        let (snap, t) = self.table(view)?;
+        let (snap, t) = self.entry(view)?;
         // after the engine is gone: a stream that has ended
         let rx = match t.changes.upgrade() {
             Some(tx) => tx.subscribe(),

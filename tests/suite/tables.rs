@@ -514,3 +514,63 @@ fn bad_lookups_and_queries_are_typed_errors() {
     e.trigger().expect("trigger");
     assert_eq!(e.lookup("v", &[7i64.into()]).expect("lookup").num_rows(), 1);
 }
+
+/// A window written in the SQL, its bounds shown last under other names:
+/// the table is in the query's columns and keyed as the spec spelling is.
+/// An engine built with `tables(false)` keeps none, says so, and still
+/// serves subscribers.
+#[test]
+fn tables_follow_the_querys_columns_and_can_be_turned_off() {
+    let sql = "SELECT k, COUNT(*) AS c, window_start AS ws, window_end AS we \
+               FROM TUMBLE(t, ts, INTERVAL '1' SECOND) GROUP BY k, window_start, window_end";
+    let view = || {
+        ViewSpec::builder("v", sql)
+            .source("t", "ts", common::schema())
+            .output(OutputMode::Append)
+            .build()
+            .expect("spec")
+    };
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(view()).expect("view");
+    assert_eq!(
+        e.key_columns("v").expect("key"),
+        Some(vec!["k".to_string()])
+    );
+    let mut emitted = Vec::new();
+    for i in 0..5i64 {
+        let rows: Vec<Ev> = (0..4).map(|k| ev(i * 600 + k * 7, k % 2)).collect();
+        e.push("t", batch(&rows)).expect("push");
+        emitted.extend(e.trigger().expect("trigger").views[0].output.clone());
+    }
+    let (_, held) = e.tables().contents("v").expect("contents");
+    let schema = held.schema();
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["k", "c", "ws", "we"]);
+    // the default retention (one window length) holds the last closed window
+    // and every open one; all of them were emitted in Append mode
+    assert!(held.num_rows() > 0);
+    let all = canon(&emitted);
+    assert!(canon(&[held.clone()]).iter().all(|r| all.contains(r)));
+    let one = e.lookup("v", &[1i64.into()]).expect("lookup");
+    assert!(one.num_rows() >= 1);
+    assert!(canon(&[one]).iter().all(|r| r.starts_with("1|")));
+
+    let mut off = Engine::builder().tables(false).build().expect("engine");
+    off.create_view(view()).expect("view");
+    let mut sub = off.subscribe("v").expect("subscribe");
+    off.push("t", batch(&[ev(10, 1), ev(2_000, 1)]))
+        .expect("push");
+    let r = off.trigger().expect("trigger");
+    assert!(matches!(
+        off.lookup("v", &[1i64.into()]),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(off.tables().contents("v").is_err());
+    assert!(off.query("SELECT * FROM v").is_err());
+    match futures::executor::block_on(sub.next()).expect("a change") {
+        Change::Trigger { epoch, rows, .. } => {
+            assert_eq!((epoch, canon(&rows)), (r.epoch, canon(&r.views[0].output)))
+        }
+        other => panic!("{other:?}"),
+    }
+}
