@@ -550,7 +550,9 @@ fn tables_follow_the_querys_columns_and_can_be_turned_off() {
     // and every open one; all of them were emitted in Append mode
     assert!(held.num_rows() > 0);
     let all = canon(&emitted);
-    assert!(canon(&[held.clone()]).iter().all(|r| all.contains(r)));
+    assert!(canon(std::slice::from_ref(&held))
+        .iter()
+        .all(|r| all.contains(r)));
     let one = e.lookup("v", &[1i64.into()]).expect("lookup");
     assert!(one.num_rows() >= 1);
     assert!(canon(&[one]).iter().all(|r| r.starts_with("1|")));
