@@ -24,7 +24,7 @@
 
 use std::path::{Path, PathBuf};
 
-use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use rusqlite::types::Value;
@@ -109,81 +109,62 @@ fn sql_type(t: &DataType) -> &'static str {
     }
 }
 
-/// One column's values as SQLite values.
-fn values(col: &ArrayRef) -> Result<Vec<Value>> {
-    let n = col.len();
-    let null = |i: usize| col.is_null(i);
-    Ok(match col.data_type() {
+/// `col` cast to `T` exactly (a value that does not fit is an error, never
+/// NULL or wrapped), each value mapped by `f`.
+fn cast_map<T: arrow::array::ArrowPrimitiveType>(
+    col: &ArrayRef,
+    f: impl Fn(T::Native) -> Value,
+) -> std::result::Result<Vec<Value>, arrow::error::ArrowError> {
+    let exact = arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let a = arrow::compute::cast_with_options(col, &T::DATA_TYPE, &exact)?;
+    let a = a.as_primitive::<T>();
+    Ok((0..a.len())
+        .map(|i| match a.is_null(i) {
+            false => f(a.value(i)),
+            true => Value::Null,
+        })
+        .collect())
+}
+
+/// One column's values as SQLite values; a value its SQLite type cannot hold
+/// is an error.
+fn values(col: &ArrayRef) -> std::result::Result<Vec<Value>, arrow::error::ArrowError> {
+    use arrow::datatypes::{Float64Type, Int64Type};
+    match col.data_type() {
         DataType::Boolean => {
-            let a = col.as_any().downcast_ref::<BooleanArray>();
-            (0..n)
-                .map(|i| match (a, null(i)) {
-                    (Some(a), false) => Value::Integer(a.value(i) as i64),
-                    _ => Value::Null,
-                })
-                .collect()
-        }
-        DataType::Timestamp(_, _) => {
-            let ms = to_millis(col.as_ref())?;
-            (0..n)
-                .map(|i| match ms.is_null(i) {
-                    false => Value::Integer(ms.value(i)),
-                    true => Value::Null,
-                })
-                .collect()
-        }
-        t if sql_type(t) == "INTEGER" => {
-            let a = arrow::compute::cast(col, &DataType::Int64)?;
-            let a = a
-                .as_any()
-                .downcast_ref::<arrow::array::Int64Array>()
-                .ok_or_else(|| Error::internal("sink", "an integer column cast to Int64"))?
-                .clone();
-            (0..n)
+            let a = col.as_boolean();
+            Ok((0..a.len())
                 .map(|i| match a.is_null(i) {
-                    false => Value::Integer(a.value(i)),
+                    false => Value::Integer(a.value(i) as i64),
                     true => Value::Null,
                 })
-                .collect()
+                .collect())
         }
-        t if sql_type(t) == "REAL" => {
-            let a = arrow::compute::cast(col, &DataType::Float64)?;
-            let a = a
-                .as_any()
-                .downcast_ref::<arrow::array::Float64Array>()
-                .ok_or_else(|| Error::internal("sink", "a float column cast to Float64"))?
-                .clone();
-            (0..n)
-                .map(|i| match a.is_null(i) {
-                    false => Value::Real(a.value(i)),
-                    true => Value::Null,
-                })
+        DataType::Timestamp(_, _) => to_millis(col.as_ref()).map(|ms| {
+            ms.iter()
+                .map(|v| v.map_or(Value::Null, Value::Integer))
                 .collect()
-        }
-        t if sql_type(t) == "BLOB" => {
-            let a = arrow::compute::cast(col, &DataType::Binary)?;
-            let a = a
-                .as_any()
-                .downcast_ref::<arrow::array::BinaryArray>()
-                .ok_or_else(|| Error::internal("sink", "a binary column cast to Binary"))?
-                .clone();
-            (0..n)
-                .map(|i| match a.is_null(i) {
-                    false => Value::Blob(a.value(i).to_vec()),
-                    true => Value::Null,
-                })
+        }),
+        t if sql_type(t) == "INTEGER" => cast_map::<Int64Type>(col, Value::Integer),
+        t if sql_type(t) == "REAL" => cast_map::<Float64Type>(col, Value::Real),
+        t if sql_type(t) == "BLOB" => arrow::compute::cast(col, &DataType::Binary).map(|a| {
+            a.as_binary::<i32>()
+                .iter()
+                .map(|v| v.map_or(Value::Null, |b| Value::Blob(b.to_vec())))
                 .collect()
-        }
-        _ => {
-            let f = ArrayFormatter::try_new(col.as_ref(), &FormatOptions::default())?;
-            (0..n)
-                .map(|i| match null(i) {
+        }),
+        _ => ArrayFormatter::try_new(col.as_ref(), &FormatOptions::default()).map(|f| {
+            (0..col.len())
+                .map(|i| match col.is_null(i) {
                     false => Value::Text(f.value(i).to_string()),
                     true => Value::Null,
                 })
                 .collect()
-        }
-    })
+        }),
+    }
 }
 
 /// A keyed, exactly-once sink into a SQLite table.
@@ -376,15 +357,30 @@ impl SqliteSink {
         );
         {
             let mut ins = tx.prepare_cached(&insert).map_err(err)?;
-            let mut cleared = std::collections::HashSet::new();
+            // the windows whose rows this epoch's final rows replace (few)
+            let mut cleared: Vec<(Value, Value)> = Vec::new();
             for b in batches {
-                let cols: Vec<Vec<Value>> =
-                    b.columns().iter().map(values).collect::<Result<_>>()?;
+                let cols: Vec<Vec<Value>> = b
+                    .columns()
+                    .iter()
+                    .zip(self.schema.fields())
+                    .map(|(c, f)| {
+                        values(c).map_err(|e| Error::Output {
+                            path: self.path.clone(),
+                            message: format!(
+                                "table `{}`: column `{}` ({}): {e}",
+                                self.table,
+                                f.name(),
+                                c.data_type()
+                            ),
+                        })
+                    })
+                    .collect::<Result<_>>()?;
                 for i in 0..b.num_rows() {
                     let is_final = fin.is_some_and(|c| cols[c][i] == Value::Integer(1));
                     if let (true, (Some(s), Some(e))) = (is_final, bounds) {
                         let w = (cols[s][i].clone(), cols[e][i].clone());
-                        if cleared.insert(format!("{:?}", w)) {
+                        if !cleared.contains(&w) {
                             tx.execute(
                                 &format!(
                                     "DELETE FROM {t} WHERE \"window_start\" = ?1 AND \"window_end\" = ?2"
@@ -392,6 +388,7 @@ impl SqliteSink {
                                 [&w.0, &w.1],
                             )
                             .map_err(err)?;
+                            cleared.push(w);
                         }
                     }
                     let row: Vec<&Value> = cols.iter().map(|c| &c[i]).collect();
@@ -413,5 +410,27 @@ impl SqliteSink {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_that_do_not_fit_sqlite_are_errors_not_nulls() {
+        let big: ArrayRef = std::sync::Arc::new(arrow::array::UInt64Array::from(vec![
+            Some(7),
+            None,
+            Some(u64::MAX),
+        ]));
+        let err = values(&big).expect_err("u64::MAX is no SQLite INTEGER");
+        assert!(err.to_string().contains("18446744073709551615"), "{err}");
+        let fits: ArrayRef =
+            std::sync::Arc::new(arrow::array::UInt64Array::from(vec![Some(7), None]));
+        assert_eq!(
+            values(&fits).expect("fits"),
+            [Value::Integer(7), Value::Null]
+        );
     }
 }

@@ -218,11 +218,16 @@ impl Layout {
                     v.data_type()
                 ),
             };
-            let cast = arrow::compute::cast(v, f.data_type())
+            let exact = arrow::compute::CastOptions {
+                safe: false,
+                ..Default::default()
+            };
+            let cast = arrow::compute::cast_with_options(v, f.data_type(), &exact)
                 .map_err(|e| bad(format!("does not convert ({e})")))?;
-            // a cast that loses the value (a string that is no number) gives NULL
-            if cast.null_count() > v.null_count() {
-                return Err(bad("does not convert".into()));
+            // a cast that changes the value (7.5 to 7) is no lookup of it
+            let back = arrow::compute::cast(&cast, v.data_type()).ok();
+            if back.as_deref() != Some(v.as_ref()) {
+                return Err(bad("does not convert exactly".into()));
             }
             cols.push(cast);
         }

@@ -500,6 +500,11 @@ fn bad_lookups_and_queries_are_typed_errors() {
         matches!(&err, Error::Lookup { view, message } if view == "v" && message.contains("`k`")),
         "{err}"
     );
+    // a value the cast would change is refused, not rounded to another key
+    let err = e
+        .lookup("v", &[ScalarValue::Float64(Some(7.5))])
+        .expect_err("7.5 is no BIGINT");
+    assert!(matches!(&err, Error::Lookup { .. }), "{err}");
     // a string that is a number converts
     let rows = e
         .lookup("v", &[ScalarValue::Utf8(Some("7".into()))])
