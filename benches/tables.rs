@@ -25,13 +25,6 @@ use datafusion::common::ScalarValue;
 use futures::StreamExt;
 use thund::{Engine, OutputMode, ViewSpec, WindowSpec};
 
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 fn pct(v: &mut [Duration], p: f64) -> Duration {
     v.sort();
     v[((v.len() as f64 - 1.0) * p) as usize]
@@ -183,6 +176,6 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    lookups(env("THUND_TABLE_GROUPS", 1_000_000));
-    fan_out(env("THUND_TABLE_TRIGGERS", 300));
+    lookups(common::env("THUND_TABLE_GROUPS", 1_000_000));
+    fan_out(common::env("THUND_TABLE_TRIGGERS", 300));
 }

@@ -15,17 +15,10 @@
 
 mod common;
 
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 fn main() {
-    let batches: Vec<_> = (0..env("THUND_LOOP_BATCHES", 100))
+    let batches: Vec<_> = (0..common::env("THUND_LOOP_BATCHES", 100))
         .map(common::batch)
         .collect();
-    let rows = common::engine_run_on(&batches, env("THUND_LOOP_WORKERS", 1));
+    let rows = common::engine_run_on(&batches, common::env("THUND_LOOP_WORKERS", 1));
     println!("{rows}");
 }

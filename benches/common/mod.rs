@@ -16,6 +16,14 @@ pub const SQL: &str =
 pub const KEYS: u64 = 1000;
 pub const ROWS_PER_TRIGGER: usize = 10_000;
 
+/// A bench parameter from the environment, or `default`.
+pub fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),

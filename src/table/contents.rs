@@ -18,7 +18,7 @@
 //! Closed windows (`end ≤ W`) are then kept per the view's [`Retention`];
 //! open windows always are.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
@@ -303,7 +303,7 @@ impl Contents {
         }
         let keyed = self.layout.key.is_some();
         // windows whose final rows this trigger brings: cleared once, first
-        let mut finals: BTreeMap<WindowKey, ()> = BTreeMap::new();
+        let mut finals: BTreeSet<WindowKey> = BTreeSet::new();
         for (rb, sb) in runtime.iter().zip(shown) {
             if rb.num_rows() == 0 {
                 continue;
@@ -342,7 +342,7 @@ impl Contents {
                     (None, OutputMode::Append) => true,
                     (None, _) => false,
                 };
-                if is_final && finals.insert(wk, ()).is_none() {
+                if is_final && finals.insert(wk) {
                     self.rows.remove_window(wk);
                 }
                 let key: Bytes = match &keys {
