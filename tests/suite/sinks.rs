@@ -118,18 +118,7 @@ fn check(
         true,
     )
     .expect("sink");
-    let n = triggers.len();
-    for (i, trig) in triggers
-        .iter()
-        .chain(std::iter::once(&Vec::new()))
-        .enumerate()
-    {
-        let r = if i < n {
-            e.push("t", batch(trig)).expect("push");
-            e.trigger().expect("trigger")
-        } else {
-            e.finish().expect("finish")
-        };
+    common::run_stream(&mut e, triggers, |i, r, e| {
         prop_assert!(sink
             .write(r.epoch, "test", &r.views[0].output)
             .expect("write"));
@@ -146,8 +135,8 @@ fn check(
             mode,
             exec
         );
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 proptest! {

@@ -233,19 +233,7 @@ fn check(c: &Case, exec: ExecMode) -> Result<(), TestCaseError> {
             ))),
         windows: BTreeMap::new(),
     };
-    let n = c.triggers.len();
-    for (i, trig) in c
-        .triggers
-        .iter()
-        .chain(std::iter::once(&Vec::new()))
-        .enumerate()
-    {
-        let r = if i < n {
-            e.push("t", batch(trig)).expect("push");
-            e.trigger().expect("trigger")
-        } else {
-            e.finish().expect("finish")
-        };
+    common::run_stream(&mut e, &c.triggers, |i, r, _| {
         let v = &r.views[0];
         model.apply(&v.output, v.watermark);
         let at = format!("trigger {} ({:?}, {exec:?})", i + 1, c.mode);
@@ -264,7 +252,8 @@ fn check(c: &Case, exec: ExecMode) -> Result<(), TestCaseError> {
                 prop_assert!(matches!(err, Err(Error::Lookup { .. })), "{:?}", err);
             }
         }
-    }
+        Ok(())
+    })?;
     // SQL over the table, and a filter on the key that the index serves
     let all = tables.query("SELECT * FROM v").expect("query");
     prop_assert_eq!(canon(&all), model.rows());

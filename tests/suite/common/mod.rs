@@ -487,3 +487,19 @@ pub fn spellings(spec: thund::ViewSpec) -> Vec<thund::ViewSpec> {
     );
     std::iter::once(spec).chain(sql).collect()
 }
+
+/// Pushes each of `triggers` to source `t` and triggers, then finishes; each
+/// report (the finish's last) goes to `each` with its index and the engine.
+pub fn run_stream<E>(
+    e: &mut thund::Engine,
+    triggers: &[Vec<Ev>],
+    mut each: impl FnMut(usize, &thund::TriggerReport, &thund::Engine) -> Result<(), E>,
+) -> Result<(), E> {
+    for (i, trig) in triggers.iter().enumerate() {
+        e.push("t", batch(trig)).expect("push");
+        let r = e.trigger().expect("trigger");
+        each(i, &r, e)?;
+    }
+    let r = e.finish().expect("finish");
+    each(triggers.len(), &r, e)
+}
