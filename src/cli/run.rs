@@ -279,10 +279,24 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         .map(crate::io::db::SinkUrl::parse)
         .transpose()?;
     if let Some(u) = &sink_url {
-        for (source, input) in &inputs {
-            if canonical(input) == canonical(&u.path) {
+        let db = canonical(&u.path);
+        let taken = inputs
+            .iter()
+            .map(|(source, p)| (format!("the input of source `{source}`"), p))
+            .chain(
+                a.output
+                    .iter()
+                    .map(|p| ("the --output file".to_string(), p)),
+            )
+            .chain(
+                a.report
+                    .iter()
+                    .map(|p| ("the --report file".to_string(), p)),
+            );
+        for (what, p) in taken {
+            if canonical(p) == db {
                 return Err(CliError::Refused(format!(
-                    "--sink {} is the input of source `{source}`: choose another database file",
+                    "--sink {} is {what}: choose another database file",
                     u.path.display()
                 )));
             }

@@ -555,6 +555,29 @@ fn an_output_that_is_an_input_is_refused() {
         );
         assert_eq!(std::fs::read_to_string(&input).expect("input"), text);
     }
+    // a database sink over an input, the output or the report
+    let report = f.dir.join("r.jsonl");
+    for (target, what) in [
+        (same.clone(), "input of source `bids`"),
+        (f.dir.join("o.csv"), "--output file"),
+        (report.clone(), "--report file"),
+    ] {
+        let mut a = args(&f.view, &input, 50, &f.dir.join("o.csv"));
+        a.extend([
+            "--report".to_string(),
+            report.display().to_string(),
+            "--sink".to_string(),
+            format!("sqlite://{}?table=v", target.display()),
+        ]);
+        let o = run(&a);
+        assert_eq!(o.code, Some(1), "{what}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("--sink") && o.stderr.contains(what),
+            "{}",
+            o.stderr
+        );
+        assert_eq!(std::fs::read_to_string(&input).expect("input"), text);
+    }
 }
 
 #[test]
