@@ -81,6 +81,10 @@ pub struct WatermarkSnapshot {
     pub watermark: Option<EventTime>,
     /// Per source.
     pub sources: Vec<SourceWatermark>,
+    /// While every source is idle and W advances with processing time: the
+    /// processing time the last source went idle at and W then.
+    #[serde(default)]
+    pub clock_base: Option<(i64, EventTime)>,
 }
 
 /// Tracks W for one view.
@@ -88,6 +92,8 @@ pub struct WatermarkSnapshot {
 pub struct WatermarkTracker {
     lateness_ms: i64,
     idle_timeout_ms: i64,
+    advance_when_idle: bool,
+    clock_base: Option<(i64, EventTime)>,
     watermark: Option<EventTime>,
     sources: Vec<SourceWatermark>,
 }
@@ -103,6 +109,8 @@ impl WatermarkTracker {
         WatermarkTracker {
             lateness_ms: allowed_lateness.as_millis() as i64,
             idle_timeout_ms: idle_timeout.as_millis() as i64,
+            advance_when_idle: false,
+            clock_base: None,
             watermark: None,
             sources: sources
                 .iter()
@@ -114,6 +122,17 @@ impl WatermarkTracker {
                 })
                 .collect(),
         }
+    }
+
+    /// Opt into the clock-assisted watermark: once every source has been
+    /// idle for the idle timeout, W advances by the processing time that
+    /// passes, from the W it held when the last source went idle (a source
+    /// that produces rows again stops it; W never goes back, so its rows
+    /// behind W are late). Without an idle timeout nothing is ever idle and
+    /// this does nothing.
+    pub fn advancing_when_idle(mut self, on: bool) -> Self {
+        self.advance_when_idle = on;
+        self
     }
 
     /// The current W; `None` is −∞ (nothing is final yet); `Some(i64::MAX)` after end of stream.
@@ -156,6 +175,30 @@ impl WatermarkTracker {
                 self.watermark = Some(w);
             }
         }
+        if candidate.is_none() && self.advance_when_idle && !self.sources.is_empty() {
+            // every source idle: W moves with the clock from when the last went idle
+            if self.clock_base.is_none() {
+                let since = self
+                    .sources
+                    .iter()
+                    .map(|s| s.last_active_ms)
+                    .max()
+                    .unwrap_or(now_ms)
+                    .saturating_add(self.idle_timeout_ms);
+                self.clock_base = self.watermark.map(|w| (since, w));
+            }
+            if let Some((since, base)) = self.clock_base {
+                // below +inf, which only the end of the stream reaches
+                let w = base
+                    .saturating_add(now_ms.saturating_sub(since).max(0))
+                    .min(EventTime::MAX - 1);
+                if self.watermark.is_none_or(|old| w > old) {
+                    self.watermark = Some(w);
+                }
+            }
+        } else {
+            self.clock_base = None;
+        }
         self.watermark
     }
 
@@ -170,6 +213,7 @@ impl WatermarkTracker {
         WatermarkSnapshot {
             watermark: self.watermark,
             sources: self.sources.clone(),
+            clock_base: self.clock_base,
         }
     }
 
@@ -177,6 +221,7 @@ impl WatermarkTracker {
     /// sources unknown to the snapshot keep their fresh state).
     pub fn restore(&mut self, snap: &WatermarkSnapshot) {
         self.watermark = snap.watermark;
+        self.clock_base = snap.clock_base;
         for s in &mut self.sources {
             if let Some(saved) = snap.sources.iter().find(|x| x.name == s.name) {
                 *s = saved.clone();
@@ -238,6 +283,50 @@ mod tests {
         never.advance(0);
         never.observe(0, Some(9_000), 1_000_000);
         assert_eq!(never.advance(1_000_000), Some(1_000));
+    }
+
+    #[test]
+    fn clock_assisted_w_moves_with_processing_time_only_when_all_idle() {
+        let mut t =
+            WatermarkTracker::new(&["a", "b"], secs(1), secs(5), 0).advancing_when_idle(true);
+        t.observe(0, Some(10_000), 1_000);
+        t.observe(1, Some(8_000), 2_000);
+        assert_eq!(t.advance(2_000), Some(7_000));
+        // a idle at 6 s, b still active: the ordinary rule (b alone holds W)
+        assert_eq!(t.advance(6_500), Some(7_000));
+        // both idle from 7 s: W advances with the clock from there
+        assert_eq!(t.advance(7_000), Some(7_000));
+        assert_eq!(t.advance(9_500), Some(9_500));
+        assert_eq!(t.advance(9_000), Some(9_500), "never back");
+        let snap = t.snapshot();
+        // b speaks again: the clock stops, W holds (a is still idle, b behind W)
+        t.observe(1, Some(8_500), 10_000);
+        assert_eq!(t.advance(10_000), Some(9_500));
+        assert_eq!(t.advance(12_000), Some(9_500));
+        // quiet again from 15 s: the clock resumes from the W then
+        assert_eq!(t.advance(17_000), Some(11_500));
+        // a restored tracker goes on where the snapshot was
+        let mut u =
+            WatermarkTracker::new(&["a", "b"], secs(1), secs(5), 0).advancing_when_idle(true);
+        u.restore(&snap);
+        assert_eq!(u.advance(10_500), Some(10_500));
+        // off: W holds; never idle: nothing moves; no rows ever: stays -inf
+        let mut off = WatermarkTracker::new(&["a"], secs(0), secs(5), 0);
+        off.observe(0, Some(1_000), 0);
+        assert_eq!(off.advance(0), Some(1_000));
+        assert_eq!(off.advance(60_000), Some(1_000));
+        let mut never =
+            WatermarkTracker::new(&["a"], secs(0), secs(0), 0).advancing_when_idle(true);
+        never.observe(0, Some(1_000), 0);
+        assert_eq!(never.advance(60_000), Some(1_000));
+        let mut empty =
+            WatermarkTracker::new(&["a"], secs(0), secs(5), 0).advancing_when_idle(true);
+        assert_eq!(empty.advance(60_000), None);
+        // near the limit: saturates below +inf
+        let mut top = WatermarkTracker::new(&["a"], secs(0), secs(1), 0).advancing_when_idle(true);
+        top.observe(0, Some(i64::MAX - 10), 0);
+        assert_eq!(top.advance(0), Some(i64::MAX - 10));
+        assert_eq!(top.advance(i64::MAX), Some(i64::MAX - 1));
     }
 
     #[test]

@@ -67,6 +67,11 @@ pub struct Manifest {
     pub committed_at_ms: i64,
     /// The view's watermark W at this epoch, event-time milliseconds.
     pub watermark: Option<i64>,
+    /// While every source is idle and W advances with processing time (the
+    /// clock-assisted watermark): the processing time (ms) the last source
+    /// went idle at and W then. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark_clock: Option<(i64, i64)>,
     /// Per-source watermark state and replay offsets.
     pub sources: Vec<SourceState>,
     /// The view's counters at this epoch.
@@ -150,6 +155,8 @@ pub struct EpochMeta {
     pub fingerprint_parts: std::collections::BTreeMap<String, String>,
     /// See [`Manifest::watermark`].
     pub watermark: Option<i64>,
+    /// See [`Manifest::watermark_clock`].
+    pub watermark_clock: Option<(i64, i64)>,
     /// See [`Manifest::sources`].
     pub sources: Vec<SourceState>,
     /// See [`Manifest::counters`].
@@ -202,6 +209,7 @@ impl Manifest {
             status: EpochStatus::Committed,
             committed_at_ms: 0,
             watermark: None,
+            watermark_clock: None,
             sources: Vec::new(),
             counters: Counters::default(),
             emitted_frontier: None,
@@ -312,6 +320,7 @@ mod tests {
             status: EpochStatus::Committed,
             committed_at_ms: 1,
             watermark: Some(60_000),
+            watermark_clock: None,
             sources: vec![SourceState {
                 name: "s".into(),
                 max_event_time: Some(65_000),

@@ -865,6 +865,7 @@ impl Writer {
             status: EpochStatus::Committed,
             committed_at_ms: now_ms(),
             watermark: meta.watermark,
+            watermark_clock: meta.watermark_clock,
             sources: meta.sources,
             counters: meta.counters,
             emitted_frontier: meta.emitted_frontier,

@@ -35,6 +35,11 @@ pub(super) fn explain(v: &View) -> String {
         humantime::format_duration(s.watermark.allowed_lateness),
         if s.watermark.idle_timeout.is_zero() {
             "never".to_string()
+        } else if s.watermark.advance_when_idle {
+            format!(
+                "{}; then W advances with processing time",
+                humantime::format_duration(s.watermark.idle_timeout)
+            )
         } else {
             humantime::format_duration(s.watermark.idle_timeout).to_string()
         }

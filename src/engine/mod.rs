@@ -188,7 +188,8 @@ impl Engine {
             spec.watermark.allowed_lateness,
             spec.watermark.idle_timeout,
             self.clock.now_ms(),
-        );
+        )
+        .advancing_when_idle(spec.watermark.advance_when_idle);
         let written = match (layout, written) {
             (Some(layout), Some(sql)) => {
                 let (columns, schema) = layout.project(&runtime.output_schema(), spec.output);
@@ -569,6 +570,7 @@ impl Engine {
                 fingerprint: v.fingerprint.clone(),
                 fingerprint_parts: v.fingerprint_parts.clone(),
                 watermark: snap.watermark,
+                watermark_clock: snap.clock_base,
                 sources: snap
                     .sources
                     .iter()
@@ -587,6 +589,11 @@ impl Engine {
             sidecar.write(&v.spec.name, self.epoch, export, meta)?;
         }
         Ok(())
+    }
+
+    /// Whether the engine was built with a state root (and so can [`Self::checkpoint`]).
+    pub fn has_state_root(&self) -> bool {
+        self.sidecar.is_some()
     }
 
     /// Wait until every queued checkpoint is committed; an error names the

@@ -85,6 +85,7 @@ impl View {
                     idle: s.idle,
                 })
                 .collect(),
+            clock_base: m.watermark_clock,
         };
         self.tracker.restore(&snap);
         self.counters = ViewCounters {

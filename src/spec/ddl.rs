@@ -10,7 +10,7 @@
 //! ```
 //!
 //! * `CREATE SOURCE name (column TYPE [NOT NULL], …, WATERMARK FOR column
-//!   AS column [- INTERVAL …]) [WITH (idle_timeout = '…')]`: the column
+//!   AS column [- INTERVAL …]) [WITH (idle_timeout = '…', advance_when_idle = true)]`: the column
 //!   types of a TOML `schema` (BIGINT, INT, DOUBLE, VARCHAR, BOOLEAN,
 //!   TIMESTAMP, DATE, DECIMAL(p,s), …); the watermark names the event-time
 //!   column, and the interval subtracted is the allowed lateness.
@@ -395,11 +395,26 @@ fn source(c: &mut Cursor<'_, '_>, name: String) -> Result<(SourceSpec, Watermark
     for (k, v, at) in c.options()? {
         match k.as_str() {
             "idle_timeout" => mark.idle_timeout = duration(stmt, at, "idle_timeout", &v)?,
+            "advance_when_idle" => {
+                mark.advance_when_idle = match v.to_ascii_lowercase().as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(err(
+                            stmt,
+                            at,
+                            format!("advance_when_idle = '{v}': write true or false"),
+                        ))
+                    }
+                }
+            }
             other => {
                 return Err(err(
                     stmt,
                     at,
-                    format!("unknown source option `{other}` (known: idle_timeout)"),
+                    format!(
+                        "unknown source option `{other}` (known: idle_timeout, advance_when_idle)"
+                    ),
                 ))
             }
         }
@@ -547,7 +562,7 @@ fn view(
             at,
             format!(
                 "view `{name}` reads `{}` and `{}`, whose watermarks differ: a view has one \
-                 allowed lateness and idle timeout",
+                 allowed lateness, idle timeout and advance_when_idle",
                 mine[0].0.name, s.name
             ),
         ));
@@ -555,6 +570,7 @@ fn view(
     let mut b = ViewSpec::builder(&name, sql.trim())
         .allowed_lateness(mark.allowed_lateness)
         .idle_timeout(mark.idle_timeout)
+        .advance_when_idle(mark.advance_when_idle)
         .output(output)
         .mode(mode);
     if let Some((r, _)) = retention {

@@ -136,6 +136,12 @@ pub struct WatermarkSpec {
     /// Processing time after which a silent source stops holding the
     /// watermark back; zero means never idle.
     pub idle_timeout: Duration,
+    /// The clock-assisted watermark (opt-in; needs an idle timeout): once
+    /// every source of the view has been idle for `idle_timeout`, W advances
+    /// with processing time, so the last windows of a stream that went quiet
+    /// close. Rows that arrive behind the W it reached are late.
+    #[serde(default)]
+    pub advance_when_idle: bool,
 }
 
 /// One input stream of a view: a table name in the SQL and its event-time column.
@@ -268,6 +274,13 @@ impl ViewSpec {
             self.watermark.idle_timeout,
             true,
         )?;
+        if self.watermark.advance_when_idle && self.watermark.idle_timeout.is_zero() {
+            return Err(Error::spec(
+                v,
+                "watermark.advance_when_idle needs watermark.idle_timeout above zero: \
+                 W advances with processing time once every source has been idle that long",
+            ));
+        }
         if let Some(w) = &self.window {
             check_ms(v, "window.offset", w.offset, true)?;
             match &w.kind {
@@ -369,6 +382,12 @@ impl ViewSpecBuilder {
     /// Set the idle timeout (default zero: never idle).
     pub fn idle_timeout(mut self, d: Duration) -> Self {
         self.spec.watermark.idle_timeout = d;
+        self
+    }
+    /// Let W advance with processing time once every source has been idle
+    /// for the idle timeout (default off; see [`WatermarkSpec::advance_when_idle`]).
+    pub fn advance_when_idle(mut self, on: bool) -> Self {
+        self.spec.watermark.advance_when_idle = on;
         self
     }
     /// Set the output mode (default Append).

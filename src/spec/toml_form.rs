@@ -50,6 +50,8 @@ struct RawSource {
 struct RawWatermark {
     allowed_lateness: Option<String>,
     idle_timeout: Option<String>,
+    #[serde(default)]
+    advance_when_idle: bool,
 }
 
 #[derive(Deserialize)]
@@ -94,6 +96,7 @@ impl RawSpec {
                     Some(t) => duration(&v, "watermark.idle_timeout", t)?,
                     None => Duration::ZERO,
                 },
+                advance_when_idle: w.advance_when_idle,
             },
         };
         let window = match &self.window {
