@@ -12,3 +12,8 @@ RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_l
   cargo doc --workspace --no-deps
 cargo build -p thund --lib --no-default-features
 cargo test --workspace --no-fail-fast "$@"
+# the README's live example runs, then resumes from its own checkpoint
+live_state=$(mktemp -d)
+cargo run -q --example live -- "$live_state" >/dev/null
+cargo run -q --example live -- "$live_state" >/dev/null
+rm -rf "$live_state"

@@ -181,6 +181,9 @@ pub enum Error {
     /// [`crate::Engine::checkpoint`] on an engine built without a state root.
     #[error("no state root: build the engine with `with_state_root(url)` to take checkpoints")]
     NoStateRoot,
+    /// The live runner ([`crate::live::Live`]) was set up wrongly or lost its engine.
+    #[error("live runner: {0}")]
+    Live(String),
     /// The checkpoint sidecar thread could not start or has stopped.
     #[error("the checkpoint sidecar {0}")]
     Sidecar(String),

@@ -47,6 +47,7 @@ pub mod cli;
 mod engine;
 mod error;
 pub mod io;
+pub mod live;
 mod paths;
 pub mod plan;
 pub mod spec;

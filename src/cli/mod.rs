@@ -8,6 +8,7 @@ mod demo;
 mod inspect;
 mod resume;
 mod run;
+mod signals;
 
 use std::path::PathBuf;
 
@@ -25,6 +26,27 @@ pub enum CliError {
     /// The command line refuses to go on: why, and what to do.
     #[error("{0}")]
     Refused(String),
+    /// `thund run` stopped on SIGINT (Ctrl-C) or SIGTERM between two
+    /// triggers, after the last one was applied (and, with a state root,
+    /// checkpointed). The process exits with 128 + the signal's number.
+    #[error("{message}")]
+    Interrupted {
+        /// The signal's number (2 for SIGINT, 15 for SIGTERM).
+        signal: i32,
+        /// What was applied and how to go on.
+        message: String,
+    },
+}
+
+impl CliError {
+    /// The process's exit code for this error: 128 + the signal's number
+    /// for [`CliError::Interrupted`] (130 after Ctrl-C), else 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Interrupted { signal, .. } => (128 + signal).clamp(1, 255) as u8,
+            _ => 1,
+        }
+    }
 }
 
 /// `Result` of the command line.

@@ -512,7 +512,14 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
     };
     let mut ran = 0;
     let mut ended = false;
+    let interrupt = super::signals::Interrupt::install()
+        .map_err(|e| CliError::Refused(format!("cannot handle SIGINT/SIGTERM: {e}")))?;
+    let mut interrupted = None;
     while ran < limit {
+        if let Some(sig) = interrupt.received() {
+            interrupted = Some(sig);
+            break;
+        }
         let mut chunks = Vec::with_capacity(readers.len());
         for r in &mut readers {
             chunks.push(r.next_chunk(a.rows_per_trigger)?);
@@ -582,9 +589,13 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         );
     }
     let c = engine.counters(&view)?;
+    let stopped = match interrupted {
+        _ if ended => " and the end of stream".to_string(),
+        Some((_, name)) => format!(" (stopped by {name})"),
+        None => " (stopped by --max-triggers)".to_string(),
+    };
     eprintln!(
-        "thund run: {ran} triggers{}, {} rows in, {} late, {} invalid, {} windows closed, {} rows out{}",
-        if ended { " and the end of stream" } else { " (stopped by --max-triggers)" },
+        "thund run: {ran} triggers{stopped}, {} rows in, {} late, {} invalid, {} windows closed, {} rows out{}",
         c.rows,
         c.late_rows_dropped,
         c.invalid_rows,
@@ -595,5 +606,21 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
             None => String::new(),
         }
     );
+    if let Some((signal, name)) = interrupted {
+        let message = if exactly_once {
+            format!(
+                "interrupted by {name} after epoch {}, which is checkpointed: \
+                 the same command resumes from it",
+                engine.epoch()
+            )
+        } else {
+            format!(
+                "interrupted by {name} after epoch {}: without --state-root a rerun \
+                 starts over",
+                engine.epoch()
+            )
+        };
+        return Err(CliError::Interrupted { signal, message });
+    }
     Ok(())
 }

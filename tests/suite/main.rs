@@ -22,6 +22,7 @@ mod law_incremental;
 mod law_join;
 mod law_recompute;
 mod law_special_values;
+mod live;
 mod nexmark;
 mod ordered_types;
 mod recovery;
