@@ -293,15 +293,20 @@ impl JoinView {
         let mut rows = Vec::new();
         for o in &on_time {
             // every on-time row makes its open windows exist (looked up once per
-            // run of rows in the same last window: rows come mostly in time order)
-            let mut last: Option<Window> = None;
+            // run of rows in the same windows: rows come mostly in time order)
+            let mut last: Option<(Option<Window>, Window)> = None;
             for &t in o.times.values() {
-                // rows whose last window is the same are in the same windows
-                let newest = self.plan.windows.last_window(t);
-                if last == Some(newest) {
+                // rows whose first and last windows are the same are in the
+                // same windows (the last alone is not enough when the size is
+                // no multiple of the slide)
+                let span = (
+                    self.plan.windows.windows_of(t).next(),
+                    self.plan.windows.last_window(t),
+                );
+                if last == Some(span) {
                     continue;
                 }
-                last = Some(newest);
+                last = Some(span);
                 for window in self.plan.windows.windows_of(t) {
                     if w_prev.is_none_or(|w| window.end > w) {
                         self.windows.insert(window);
