@@ -60,6 +60,13 @@ pub struct Manifest {
     pub fingerprint_parts: std::collections::BTreeMap<String, String>,
     /// The epoch this manifest commits.
     pub epoch: u64,
+    /// The caller's own number for this state (a trigger count, say), when
+    /// it keeps one. It can be below [`Self::epoch`]: the store never reuses
+    /// an epoch number a crashed, uncommitted write left behind, so its
+    /// numbers skip where the caller's do not. A caller resumes its own
+    /// count from this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_epoch: Option<u64>,
     /// Always [`EpochStatus::Committed`]: a manifest only exists once its
     /// epoch's files are written.
     pub status: EpochStatus,
@@ -157,6 +164,8 @@ pub struct EpochMeta {
     pub watermark: Option<i64>,
     /// See [`Manifest::watermark_clock`].
     pub watermark_clock: Option<(i64, i64)>,
+    /// See [`Manifest::trigger_epoch`].
+    pub trigger_epoch: Option<u64>,
     /// See [`Manifest::sources`].
     pub sources: Vec<SourceState>,
     /// See [`Manifest::counters`].
@@ -210,6 +219,7 @@ impl Manifest {
             committed_at_ms: 0,
             watermark: None,
             watermark_clock: None,
+            trigger_epoch: None,
             sources: Vec::new(),
             counters: Counters::default(),
             emitted_frontier: None,
@@ -321,6 +331,7 @@ mod tests {
             committed_at_ms: 1,
             watermark: Some(60_000),
             watermark_clock: None,
+            trigger_epoch: None,
             sources: vec![SourceState {
                 name: "s".into(),
                 max_event_time: Some(65_000),

@@ -866,6 +866,7 @@ impl Writer {
             committed_at_ms: now_ms(),
             watermark: meta.watermark,
             watermark_clock: meta.watermark_clock,
+            trigger_epoch: meta.trigger_epoch,
             sources: meta.sources,
             counters: meta.counters,
             emitted_frontier: meta.emitted_frontier,

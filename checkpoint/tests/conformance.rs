@@ -55,6 +55,7 @@ fn meta(fp: &str, epoch: u64) -> EpochMeta {
         fingerprint_parts: Default::default(),
         watermark: Some(1_000 * epoch as i64),
         watermark_clock: Some((7, 1_000 * epoch as i64)),
+        trigger_epoch: Some(epoch + 100),
         sources: vec![
             SourceState {
                 name: "clicks".into(),
@@ -164,6 +165,7 @@ async fn round_trip_several_epochs(b: Backend) {
     assert_eq!(loaded.manifest, m3);
     assert_eq!(loaded.manifest.watermark, Some(3_000));
     assert_eq!(loaded.manifest.watermark_clock, Some((7, 3_000)));
+    assert_eq!(loaded.manifest.trigger_epoch, Some(103));
     assert_eq!(loaded.manifest.sources[0].offset, Some(300));
     assert!(loaded.manifest.sources[1].idle);
     assert_eq!(loaded.manifest.counters.windows_closed, 6);

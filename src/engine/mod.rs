@@ -367,7 +367,10 @@ impl Engine {
                         self.offsets.entry(s.name.clone()).or_insert(o);
                     }
                 }
-                self.epoch = self.epoch.max(l.manifest.epoch);
+                // the engine's own count: the store's epoch skips numbers
+                // that crashed writes left, the triggers do not
+                let ours = l.manifest.trigger_epoch.unwrap_or(l.manifest.epoch);
+                self.epoch = self.epoch.max(ours);
             }
             None => {
                 // a cold start is never silent: say which crashed first epochs it passed over
@@ -571,6 +574,7 @@ impl Engine {
                 fingerprint_parts: v.fingerprint_parts.clone(),
                 watermark: snap.watermark,
                 watermark_clock: snap.clock_base,
+                trigger_epoch: Some(self.epoch),
                 sources: snap
                     .sources
                     .iter()

@@ -185,8 +185,12 @@ impl TriggerReport {
 /// What a view resumed from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Recovery {
-    /// The checkpoint epoch resumed.
+    /// The epoch resumed, in the engine's count of triggers (the epoch the
+    /// next trigger follows; the store's own epoch number can be higher, as
+    /// it skips numbers that crashed writes left: `store_epoch`).
     pub epoch: u64,
+    /// The store's epoch number of the checkpoint resumed.
+    pub store_epoch: u64,
     /// W restored.
     pub watermark: Option<EventTime>,
     /// Newer epochs passed over, with why (non-empty = a loud fall-back).

@@ -99,7 +99,8 @@ impl View {
         self.contents
             .import(l.batches(crate::state::operator::TABLE))?;
         self.recovery = Some(Recovery {
-            epoch: m.epoch,
+            epoch: m.trigger_epoch.unwrap_or(m.epoch),
+            store_epoch: m.epoch,
             watermark: m.watermark,
             fell_back_from: l.fell_back_from.clone(),
             warnings: l.warnings.clone(),

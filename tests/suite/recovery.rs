@@ -372,3 +372,60 @@ proptest! {
         prop_assert_eq!(answer(mode, &kept), expected);
     }
 }
+
+/// A crashed write leaves an uncommitted epoch directory; the store never
+/// reuses its number, so the next checkpoint is stored one number higher.
+/// The engine's own epochs (the triggers) must not skip with it: a restart
+/// resumes the trigger count, so every epoch number means the same rows in
+/// every run (what the database sinks skip replays by).
+#[test]
+fn epochs_count_triggers_across_a_crashed_write_the_store_skipped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = format!("file://{}", dir.path().display());
+    let open = || {
+        let mut e = Engine::builder()
+            .with_state_root(&root)
+            .build()
+            .expect("engine");
+        e.create_view(spec(0, OutputMode::Append, false))
+            .expect("view");
+        e
+    };
+    let ev = |t: i64| Ev {
+        t,
+        k: 1,
+        g: "a".into(),
+        v: Some(1),
+        f: 0.0,
+    };
+    let mut e = open();
+    for t in [1_000, 2_000] {
+        e.push("t", batch(&[ev(t)])).expect("push");
+        assert!(e.trigger().is_ok());
+        e.checkpoint(serde_json::Value::Null).expect("checkpoint");
+    }
+    e.sync_checkpoints().expect("sync");
+    drop(e);
+    // what a write killed before its manifest leaves: epoch 3's files only
+    let leftover = dir.path().join("v").join("epoch=000003");
+    std::fs::create_dir_all(&leftover).expect("leftover");
+    std::fs::write(leftover.join("operator-x-w0.parquet"), b"torn").expect("torn file");
+
+    let mut e = open();
+    assert_eq!(e.recovery("v").expect("view").map(|r| r.epoch), Some(2));
+    e.push("t", batch(&[ev(3_000)])).expect("push");
+    assert_eq!(e.trigger().expect("trigger").epoch, 3);
+    e.checkpoint(serde_json::Value::Null).expect("checkpoint");
+    e.sync_checkpoints().expect("sync");
+    drop(e);
+
+    let mut e = open();
+    let r = e.recovery("v").expect("view").cloned().expect("resumed");
+    assert_eq!(
+        (r.epoch, r.store_epoch),
+        (3, 4),
+        "the store skipped 3, the triggers did not"
+    );
+    e.push("t", batch(&[ev(4_000)])).expect("push");
+    assert_eq!(e.trigger().expect("trigger").epoch, 4);
+}
