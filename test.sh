@@ -11,6 +11,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \
   cargo doc --workspace --no-deps
 cargo build -p thund --lib --no-default-features
+# a PostgreSQL server on 127.0.0.1 for the sink tests (THUND_PG_URL)
+source .ci/postgres.sh
 cargo test --workspace --no-fail-fast "$@"
 # the README's live example runs, then resumes from its own checkpoint
 live_state=$(mktemp -d)

@@ -191,9 +191,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub output: Option<PathBuf>,
     /// A database table the emitted rows are applied to, exactly once with
-    /// --state-root: `sqlite:///abs/path.db?table=name` (the table defaults
-    /// to the view's name; Append inserts, Update upserts on the window and
-    /// the view's key, Complete replaces).
+    /// --state-root: `sqlite:///abs/path.db?table=name` or
+    /// `postgres://user@host:port/db?table=name` (the table defaults to the
+    /// view's name; Append inserts, Update upserts on the window and the
+    /// view's key, Complete replaces).
     #[arg(long)]
     pub sink: Option<String>,
     /// A JSON-lines file with one object per trigger.

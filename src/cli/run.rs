@@ -278,8 +278,8 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         .as_deref()
         .map(crate::io::db::SinkUrl::parse)
         .transpose()?;
-    if let Some(u) = &sink_url {
-        let db = canonical(&u.path);
+    if let Some(path) = sink_url.as_ref().and_then(|u| u.sqlite_path()) {
+        let db = canonical(path);
         let taken = inputs
             .iter()
             .map(|(source, p)| (format!("the input of source `{source}`"), p))
@@ -297,7 +297,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
             if canonical(p) == db {
                 return Err(CliError::Refused(format!(
                     "--sink {} is {what}: choose another database file",
-                    u.path.display()
+                    path.display()
                 )));
             }
         }
@@ -427,7 +427,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         engine.fingerprint(&view)?
     );
     let mut db = match &sink_url {
-        Some(u) => Some(crate::io::db::SqliteSink::open(
+        Some(u) => Some(crate::io::db::DbSink::open(
             u,
             &view,
             engine.output_schema(&view)?,

@@ -98,42 +98,56 @@ fn killed_runs_over_inputs_equal_a_clean_one(
     killed_spec: &Path,
     seed: u64,
 ) {
-    killed_runs_sink_like_a_clean_one(dir, inputs, clean_spec, killed_spec, seed, false)
+    killed_runs_sink_like_a_clean_one(dir, inputs, clean_spec, killed_spec, seed, DbSink::None)
 }
 
-/// The rows of table `v` of a SQLite file, as text, sorted.
-fn sqlite_rows(db: &Path) -> Vec<String> {
-    let conn = rusqlite::Connection::open(db).expect("open the sink's database");
-    let mut stmt = conn.prepare("SELECT * FROM v").expect("the sink's table");
-    let n = stmt.column_count();
-    let mut rows: Vec<String> = stmt
-        .query_map([], |r| {
-            (0..n)
-                .map(|i| {
-                    r.get::<_, rusqlite::types::Value>(i)
-                        .map(|v| format!("{v:?}"))
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(|cells| cells.join("|"))
-        })
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows");
-    rows.sort();
-    rows
+/// A database sink for the runs: the clean run and the killed runs each
+/// write their own table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum DbSink {
+    None,
+    Sqlite,
+    Postgres,
 }
 
-/// [`killed_runs_over_inputs_equal_a_clean_one`], and with `sqlite` each
-/// run also sinks into a SQLite table (`--sink`): after the kills the
-/// table must equal the clean run's, row for row (no duplicate, none lost).
+/// Reads a sink's table back as sorted text rows.
+type ReadRows = Box<dyn Fn() -> Vec<String>>;
+
+/// The `--sink` URL of the run writing `out`, and its table's rows.
+fn sink_of(db: DbSink, out: &Path, tag: &str) -> Option<(String, ReadRows)> {
+    match db {
+        DbSink::None => None,
+        DbSink::Sqlite => {
+            let file = out.with_extension("db");
+            let url = format!("sqlite://{}?table=v", file.display());
+            Some((
+                url,
+                Box::new(move || crate::common::db::sqlite_rows(&file, "v")),
+            ))
+        }
+        DbSink::Postgres => {
+            let table = format!(
+                "{tag}_{}",
+                out.file_stem().and_then(|s| s.to_str()).unwrap_or("v")
+            );
+            let url = crate::common::db::pg_sink(&table);
+            Some((url, Box::new(move || crate::common::db::pg_rows(&table))))
+        }
+    }
+}
+
+/// [`killed_runs_over_inputs_equal_a_clean_one`], and with a database sink
+/// each run also sinks into a table (`--sink`): after the kills the table
+/// must equal the clean run's, row for row (no duplicate, none lost).
 fn killed_runs_sink_like_a_clean_one(
     dir: &Path,
     inputs: &[(&str, &Path)],
     clean_spec: &Path,
     killed_spec: &Path,
     seed: u64,
-    sqlite: bool,
+    db: DbSink,
 ) {
+    let tag = crate::common::db::pg_table("crash");
     let base = |spec: &Path, out: &Path| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_thund"));
         c.args(["run", "--rows-per-trigger", "40", bin::spec_flag(spec)])
@@ -141,10 +155,8 @@ fn killed_runs_sink_like_a_clean_one(
         for (name, input) in inputs {
             c.arg("--input").arg(format!("{name}={}", input.display()));
         }
-        if sqlite {
-            let db = out.with_extension("db");
-            c.arg("--sink")
-                .arg(format!("sqlite://{}?table=v", db.display()));
+        if let Some((url, _)) = sink_of(db, out, &tag) {
+            c.arg("--sink").arg(url);
         }
         c.arg("--output")
             .arg(out)
@@ -205,15 +217,13 @@ fn killed_runs_sink_like_a_clean_one(
         sorted_lines(&clean),
         "after {kills} kills and {runs} runs"
     );
-    if sqlite {
-        let (got, want) = (
-            sqlite_rows(&out.with_extension("db")),
-            sqlite_rows(&clean.with_extension("db")),
-        );
+    if let (Some((_, got)), Some((_, want))) = (sink_of(db, &out, &tag), sink_of(db, &clean, &tag))
+    {
+        let (got, want) = (got(), want());
         assert!(!want.is_empty());
         assert_eq!(
             got, want,
-            "the sink's table after {kills} kills and {runs} runs"
+            "the sink's table ({db:?}) after {kills} kills and {runs} runs"
         );
     }
 }
@@ -224,6 +234,16 @@ fn killed_runs_sink_like_a_clean_one(
 /// transaction, so the replay after a kill skips what was applied.
 #[test]
 fn killed_runs_into_sqlite_resume_exactly() {
+    killed_runs_into_a_database_resume_exactly(DbSink::Sqlite);
+}
+
+/// [`killed_runs_into_sqlite_resume_exactly`] into the suite's PostgreSQL server.
+#[test]
+fn killed_runs_into_postgres_resume_exactly() {
+    killed_runs_into_a_database_resume_exactly(DbSink::Postgres);
+}
+
+fn killed_runs_into_a_database_resume_exactly(db: DbSink) {
     for (mode, output, seed) in [("auto", "update", 11), ("recompute", "append", 12)] {
         let dir = tempfile::tempdir().expect("tempdir");
         let input = write_input(dir.path(), 8000);
@@ -234,14 +254,7 @@ fn killed_runs_into_sqlite_resume_exactly() {
             output,
             HOP,
         );
-        killed_runs_sink_like_a_clean_one(
-            dir.path(),
-            &[("bids", &input)],
-            &toml,
-            &toml,
-            seed,
-            true,
-        );
+        killed_runs_sink_like_a_clean_one(dir.path(), &[("bids", &input)], &toml, &toml, seed, db);
     }
 }
 

@@ -11,7 +11,7 @@ use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::DataType;
 use common::{batch, canon, cases, Ev};
 use proptest::prelude::*;
-use thund::io::db::{SinkUrl, SqliteSink};
+use thund::io::db::{DbSink, SinkUrl};
 use thund::{Engine, Error, ExecMode, OutputMode, Retention, ViewSpec, WindowSpec};
 
 const QUERIES: &[&str] = &[
@@ -49,34 +49,58 @@ fn as_stored(b: &RecordBatch) -> Vec<String> {
     canon(&[b])
 }
 
-/// The sink table's rows, formatted as [`canon`] formats Arrow values.
-fn table_rows(db: &std::path::Path, table: &str) -> Vec<String> {
-    use rusqlite::types::Value;
-    let conn = rusqlite::Connection::open(db).expect("db");
-    let mut stmt = conn
-        .prepare(&format!("SELECT * FROM {table}"))
-        .expect("table");
-    let n = stmt.column_count();
-    let mut rows: Vec<String> = stmt
-        .query_map([], |r| {
-            (0..n)
-                .map(|i| {
-                    r.get::<_, Value>(i).map(|v| match v {
-                        Value::Null => "NULL".to_string(),
-                        Value::Integer(x) => x.to_string(),
-                        Value::Real(x) => format!("{x:.9e}"),
-                        Value::Text(s) => s,
-                        Value::Blob(b) => format!("{b:?}"),
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(|c| c.join("|"))
-        })
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows");
-    rows.sort();
-    rows
+fn as_stored_all(batches: &[RecordBatch]) -> Vec<String> {
+    batches.iter().flat_map(as_stored).collect()
+}
+
+/// A sink table, new for each use: a SQLite file in a temporary
+/// directory, or a table of its own on the suite's PostgreSQL server.
+struct Target {
+    db: Db,
+    url: SinkUrl,
+    table: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Db {
+    Sqlite,
+    Postgres,
+}
+
+impl Target {
+    fn new(db: Db) -> Target {
+        match db {
+            Db::Sqlite => {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let url = format!("sqlite://{}/s.db?table=out", dir.path().display());
+                Target {
+                    db,
+                    url: SinkUrl::parse(&url).expect("url"),
+                    table: "out".into(),
+                    _dir: Some(dir),
+                }
+            }
+            Db::Postgres => {
+                let table = common::db::pg_table("sink");
+                Target {
+                    db,
+                    url: SinkUrl::parse(&common::db::pg_sink(&table)).expect("url"),
+                    table,
+                    _dir: None,
+                }
+            }
+        }
+    }
+
+    fn rows(&self) -> Vec<String> {
+        match self.db {
+            Db::Sqlite => {
+                common::db::sqlite_rows(self.url.sqlite_path().expect("sqlite"), &self.table)
+            }
+            Db::Postgres => common::db::pg_rows(&self.table),
+        }
+    }
 }
 
 fn spec(sql: &str, win: common::Win, lateness: i64, mode: OutputMode, exec: ExecMode) -> ViewSpec {
@@ -101,15 +125,14 @@ fn check(
     q: usize,
     mode: OutputMode,
     exec: ExecMode,
+    db: Db,
 ) -> Result<(), TestCaseError> {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url =
-        SinkUrl::parse(&format!("sqlite://{}/s.db?table=out", dir.path().display())).expect("url");
+    let target = Target::new(db);
     let mut e = Engine::builder().build().expect("engine");
     e.create_view(spec(QUERIES[q], win, lateness, mode, exec))
         .expect("view");
-    let mut sink = SqliteSink::open(
-        &url,
+    let mut sink = DbSink::open(
+        &target.url,
         "v",
         e.output_schema("v").expect("schema"),
         mode,
@@ -118,22 +141,37 @@ fn check(
         true,
     )
     .expect("sink");
+    let mut refused = false;
     common::run_stream(&mut e, triggers, |i, r, e| {
-        prop_assert!(sink
-            .write(r.epoch, "test", &r.views[0].output)
-            .expect("write"));
+        if refused {
+            return Ok(());
+        }
+        let written = sink.write(r.epoch, "test", &r.views[0].output);
+        // PostgreSQL text holds no NUL: such a row is a typed error, and
+        // nothing of its epoch is written
+        let nul = as_stored_all(&r.views[0].output)
+            .iter()
+            .any(|row| row.contains('\0'));
+        if let (Db::Postgres, true) = (db, nul) {
+            let err = written.expect_err("a NUL in PostgreSQL text");
+            prop_assert!(err.to_string().contains("NUL character"), "{}", err);
+            refused = true;
+            return Ok(());
+        }
+        prop_assert!(written.expect("write"));
         // a replay of the epoch is skipped
         prop_assert!(!sink
             .write(r.epoch, "test", &r.views[0].output)
             .expect("replay"));
         let (_, held) = e.tables().contents("v").expect("contents");
         prop_assert_eq!(
-            table_rows(&url.path, "out"),
+            target.rows(),
             as_stored(&held),
-            "trigger {} ({:?}, {:?})",
+            "trigger {} ({:?}, {:?}, {:?})",
             i + 1,
             mode,
-            exec
+            exec,
+            db
         );
         Ok(())
     })
@@ -148,16 +186,54 @@ proptest! {
         q in 0..QUERIES.len(),
         mode in prop_oneof![Just(OutputMode::Append), Just(OutputMode::Update), Just(OutputMode::Complete)],
     ) {
-        check(&triggers, lateness, win, q, mode, ExecMode::Auto)?;
-        check(&triggers, lateness, win, q, mode, ExecMode::Recompute)?;
+        for db in [Db::Sqlite, Db::Postgres] {
+            check(&triggers, lateness, win, q, mode, ExecMode::Auto, db)?;
+            check(&triggers, lateness, win, q, mode, ExecMode::Recompute, db)?;
+        }
     }
 }
 
 #[test]
 fn a_table_of_another_shape_or_run_and_bad_urls_are_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url =
-        SinkUrl::parse(&format!("sqlite://{}/s.db?table=out", dir.path().display())).expect("url");
+    for db in [Db::Sqlite, Db::Postgres] {
+        refusals(db);
+    }
+    for bad in [
+        "postgres://",
+        "postgres://x:notaport/db",
+        "mysql://127.0.0.1/db",
+        "sqlite://relative.db",
+        "sqlite:///tmp/x.db?table=1bad",
+        "sqlite:///tmp/x.db?tabel=x",
+        "postgres://u@127.0.0.1/db?table=a;drop",
+    ] {
+        let err = SinkUrl::parse(bad).expect_err(bad);
+        assert!(matches!(err, Error::Output { .. }), "{bad}: {err}");
+    }
+    // a server that is not there is an error naming the URL, without its password
+    let t = SinkUrl::parse("postgres://me:secret@127.0.0.1:1/db?table=t").expect("url");
+    let err = DbSink::open(
+        &t,
+        "v",
+        common::schema(),
+        OutputMode::Append,
+        None,
+        "r",
+        true,
+    )
+    .err()
+    .expect("no server");
+    let shown = err.to_string();
+    assert!(
+        shown.contains("cannot connect") && shown.contains("me:***@127.0.0.1:1"),
+        "{shown}"
+    );
+    assert!(!shown.contains("secret"), "{shown}");
+}
+
+fn refusals(db: Db) {
+    let target = Target::new(db);
+    let url = target.url.clone();
     let win = common::Win {
         size: 1000,
         slide: 1000,
@@ -182,7 +258,7 @@ fn a_table_of_another_shape_or_run_and_bad_urls_are_refused() {
         .collect();
     let open = |view: &str, run: &str, fresh: bool| {
         let (schema, key) = meta[view].clone();
-        SqliteSink::open(&url, view, schema, OutputMode::Update, key, run, fresh)
+        DbSink::open(&url, view, schema, OutputMode::Update, key, run, fresh)
     };
     let mut s = open("v", "run-1", true).expect("a new table");
     e.push(
@@ -213,13 +289,4 @@ fn a_table_of_another_shape_or_run_and_bad_urls_are_refused() {
     // another view's rows into the same table: the columns are named
     let err = open("w", "run-1", false).err().expect("shape");
     assert!(err.to_string().contains("exists with columns"), "{err}");
-    for bad in [
-        "postgres://x",
-        "sqlite://relative.db",
-        "sqlite:///tmp/x.db?table=1bad",
-        "sqlite:///tmp/x.db?tabel=x",
-    ] {
-        let err = SinkUrl::parse(bad).expect_err(bad);
-        assert!(matches!(err, Error::Output { .. }), "{bad}: {err}");
-    }
 }

@@ -2,7 +2,9 @@
 //! epoch number are written in one transaction together with a sink-state
 //! row, so a replay after a crash skips the epochs already applied.
 //!
-//! The rows are applied as the view's table holds them ([`crate::Tables`]):
+//! Two databases: SQLite (compiled in, [`sqlite`]) and PostgreSQL 15 or
+//! later (cargo feature `postgres`, [`postgres`]). Both apply the rows as the
+//! view's table holds them ([`crate::Tables`]):
 //!
 //! * **Append**: inserted.
 //! * **Update**: upserted on `(window_start, window_end, key columns)` when
@@ -12,54 +14,70 @@
 //! * **Complete**: the table's rows are replaced by the epoch's.
 //!
 //! The sink creates its table from the view's output schema, or checks an
-//! existing one and refuses a mismatch naming the columns. Column types:
-//! integers and booleans `INTEGER`, floats `REAL`, timestamps `INTEGER`
-//! milliseconds since the Unix epoch, dates, decimals and strings `TEXT`
-//! (decimals exactly as written), binary `BLOB`.
+//! existing one and refuses a mismatch naming the columns (each database's
+//! column types are in its module).
 //!
 //! The sink-state table `_thund_sink` holds, per sink table, the last epoch
 //! applied and the run it belongs to (a caller-chosen identity, such as the
 //! state root and the view's fingerprint): a table written by another run is
 //! refused, never silently skipped into.
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
+pub mod sqlite;
+
 use std::path::{Path, PathBuf};
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
-use rusqlite::types::Value;
 
 use crate::error::{Error, Result};
 use crate::spec::OutputMode;
-use crate::time::to_millis;
 
-/// Where a database sink writes: `sqlite:///abs/path.db?table=name`.
+/// Which database a [`SinkUrl`] names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Database {
+    /// A SQLite file (an absolute path).
+    Sqlite(PathBuf),
+    /// A PostgreSQL server: the connection URL without the `table` parameter.
+    Postgres(String),
+}
+
+/// Where a database sink writes: `sqlite:///abs/path.db?table=name` or
+/// `postgres://user[:password]@host[:port]/db?table=name`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SinkUrl {
-    /// The database file.
-    pub path: PathBuf,
+    /// The database.
+    pub database: Database,
     /// The table; `None`: the view's name.
     pub table: Option<String>,
 }
 
+const FORMS: &str = "a database sink is `sqlite:///absolute/path.db?table=name` or \
+                     `postgres://user@host:port/db?table=name`";
+
 impl SinkUrl {
-    /// Parse `sqlite:///abs/path.db[?table=name]`.
+    /// Parse `sqlite:///abs/path.db[?table=name]` or
+    /// `postgres[ql]://user[:password]@host[:port]/db[?table=name][&other libpq parameters]`.
     pub fn parse(url: &str) -> Result<Self> {
         let bad = |m: &str| Error::Output {
-            path: PathBuf::from(url),
-            message: format!("{m}: a database sink is `sqlite:///absolute/path.db?table=name`"),
+            path: PathBuf::from(redact(url)),
+            message: format!("{m}: {FORMS}"),
         };
-        let rest = url
-            .strip_prefix("sqlite://")
-            .ok_or_else(|| bad("not a sqlite:// URL"))?;
+        let (postgres, rest) = if let Some(r) = url.strip_prefix("sqlite://") {
+            (false, r)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (true, url)
+        } else {
+            return Err(bad("not a sqlite:// or postgres:// URL"));
+        };
         let (path, query) = match rest.split_once('?') {
             Some((p, q)) => (p, Some(q)),
             None => (rest, None),
         };
-        if !path.starts_with('/') {
-            return Err(bad("the path must be absolute"));
-        }
         let mut table = None;
+        let mut others = Vec::new();
         for kv in query.into_iter().flat_map(|q| q.split('&')) {
             match kv.split_once('=') {
                 Some(("table", t)) if valid_name(t) => table = Some(t.to_string()),
@@ -68,13 +86,71 @@ impl SinkUrl {
                         "table `{t}` is not a name (letters, digits and _, not first a digit)"
                     )))
                 }
+                _ if postgres => others.push(kv),
                 _ => return Err(bad(&format!("unknown parameter `{kv}` (known: table)"))),
             }
         }
-        Ok(SinkUrl {
-            path: PathBuf::from(path),
-            table,
-        })
+        let database = if postgres {
+            let conn = match others.is_empty() {
+                true => path.to_string(),
+                false => format!("{path}?{}", others.join("&")),
+            };
+            postgres_url(&conn).map_err(|m| bad(&m))?;
+            Database::Postgres(conn)
+        } else {
+            if !path.starts_with('/') {
+                return Err(bad("the path must be absolute"));
+            }
+            Database::Sqlite(PathBuf::from(path))
+        };
+        Ok(SinkUrl { database, table })
+    }
+
+    /// The SQLite file, for a SQLite sink.
+    pub fn sqlite_path(&self) -> Option<&Path> {
+        match &self.database {
+            Database::Sqlite(p) => Some(p),
+            Database::Postgres(_) => None,
+        }
+    }
+
+    /// What errors name: the file, or the URL without its password.
+    pub fn shown(&self) -> PathBuf {
+        match &self.database {
+            Database::Sqlite(p) => p.clone(),
+            Database::Postgres(u) => PathBuf::from(redact(u)),
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+fn postgres_url(url: &str) -> std::result::Result<(), String> {
+    let c = url
+        .parse::<::postgres::Config>()
+        .map_err(|e| format!("not a PostgreSQL URL ({e})"))?;
+    if c.get_hosts().is_empty() {
+        return Err("the URL names no host".into());
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "postgres"))]
+fn postgres_url(_: &str) -> std::result::Result<(), String> {
+    Err("this thund was built without PostgreSQL (build it with `--features postgres`)".into())
+}
+
+/// `url` with the password of its user part, if any, replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..auth_end].rsplit_once('@') {
+        Some((user, host)) if user.contains(':') => {
+            let name = user.split_once(':').map_or(user, |(n, _)| n);
+            format!("{scheme}://{name}:***@{host}{}", &rest[auth_end..])
+        }
+        _ => url.to_string(),
     }
 }
 
@@ -85,36 +161,28 @@ fn valid_name(s: &str) -> bool {
         && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
 }
 
-/// A name quoted for SQL.
+/// A name quoted for SQL (both databases quote with `"`).
 fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// The SQLite type of an Arrow column.
-fn sql_type(t: &DataType) -> &'static str {
-    match t {
-        DataType::Boolean
-        | DataType::Int8
-        | DataType::Int16
-        | DataType::Int32
-        | DataType::Int64
-        | DataType::UInt8
-        | DataType::UInt16
-        | DataType::UInt32
-        | DataType::UInt64
-        | DataType::Timestamp(_, _) => "INTEGER",
-        DataType::Float16 | DataType::Float32 | DataType::Float64 => "REAL",
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "BLOB",
-        _ => "TEXT",
-    }
+/// One value bound into a statement.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Cell {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
 }
 
 /// `col` cast to `T` exactly (a value that does not fit is an error, never
 /// NULL or wrapped), each value mapped by `f`.
 fn cast_map<T: arrow::array::ArrowPrimitiveType>(
     col: &ArrayRef,
-    f: impl Fn(T::Native) -> Value,
-) -> std::result::Result<Vec<Value>, arrow::error::ArrowError> {
+    f: impl Fn(T::Native) -> Cell,
+) -> std::result::Result<Vec<Cell>, arrow::error::ArrowError> {
     let exact = arrow::compute::CastOptions {
         safe: false,
         ..Default::default()
@@ -124,55 +192,212 @@ fn cast_map<T: arrow::array::ArrowPrimitiveType>(
     Ok((0..a.len())
         .map(|i| match a.is_null(i) {
             false => f(a.value(i)),
-            true => Value::Null,
+            true => Cell::Null,
         })
         .collect())
 }
 
-/// One column's values as SQLite values; a value its SQLite type cannot hold
-/// is an error.
-fn values(col: &ArrayRef) -> std::result::Result<Vec<Value>, arrow::error::ArrowError> {
+/// How a database stores one Arrow column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stored {
+    Bool,
+    /// Integers (cast exactly to i64).
+    Int,
+    /// Timestamps as i64 milliseconds since the Unix epoch.
+    Millis,
+    Real,
+    Blob,
+    /// Arrow's display form (dates, timestamps, decimals exactly as written).
+    Text,
+}
+
+/// One column's values as stored; a value the stored type cannot hold is an
+/// error.
+pub(crate) fn cells(
+    col: &ArrayRef,
+    how: Stored,
+) -> std::result::Result<Vec<Cell>, arrow::error::ArrowError> {
     use arrow::datatypes::{Float64Type, Int64Type};
-    match col.data_type() {
-        DataType::Boolean => {
-            let a = col.as_boolean();
+    match how {
+        Stored::Bool => {
+            let a = arrow::compute::cast(col, &DataType::Boolean)?;
+            let a = a.as_boolean();
             Ok((0..a.len())
                 .map(|i| match a.is_null(i) {
-                    false => Value::Integer(a.value(i) as i64),
-                    true => Value::Null,
+                    false => Cell::Bool(a.value(i)),
+                    true => Cell::Null,
                 })
                 .collect())
         }
-        DataType::Timestamp(_, _) => to_millis(col.as_ref()).map(|ms| {
-            ms.iter()
-                .map(|v| v.map_or(Value::Null, Value::Integer))
-                .collect()
-        }),
-        t if sql_type(t) == "INTEGER" => cast_map::<Int64Type>(col, Value::Integer),
-        t if sql_type(t) == "REAL" => cast_map::<Float64Type>(col, Value::Real),
-        t if sql_type(t) == "BLOB" => arrow::compute::cast(col, &DataType::Binary).map(|a| {
+        Stored::Millis => crate::time::to_millis(col.as_ref())
+            .map(|ms| ms.iter().map(|v| v.map_or(Cell::Null, Cell::Int)).collect()),
+        Stored::Int => cast_map::<Int64Type>(col, Cell::Int),
+        Stored::Real => cast_map::<Float64Type>(col, Cell::Real),
+        Stored::Blob => arrow::compute::cast(col, &DataType::Binary).map(|a| {
             a.as_binary::<i32>()
                 .iter()
-                .map(|v| v.map_or(Value::Null, |b| Value::Blob(b.to_vec())))
+                .map(|v| v.map_or(Cell::Null, |b| Cell::Blob(b.to_vec())))
                 .collect()
         }),
-        _ => ArrayFormatter::try_new(col.as_ref(), &FormatOptions::default()).map(|f| {
+        Stored::Text => ArrayFormatter::try_new(col.as_ref(), &FormatOptions::default()).map(|f| {
             (0..col.len())
                 .map(|i| match col.is_null(i) {
-                    false => Value::Text(f.value(i).to_string()),
-                    true => Value::Null,
+                    false => Cell::Text(f.value(i).to_string()),
+                    true => Cell::Null,
                 })
                 .collect()
         }),
     }
 }
 
-/// A keyed, exactly-once sink into a SQLite table.
-pub struct SqliteSink {
-    conn: rusqlite::Connection,
-    path: PathBuf,
+/// What one epoch does to the sink's table, in order.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Op {
+    /// Delete every row (Complete mode).
+    Clear,
+    /// Delete the rows of the window `(start, end)` (its final rows follow).
+    ClearWindow(Cell, Cell),
+    /// Insert (or, with a conflict key, upsert) a row.
+    Row(Vec<Cell>),
+}
+
+/// A database the sink writes into: a connection and its dialect.
+pub(crate) trait Backend: Send {
+    /// How an Arrow column is stored, and the column type the table declares
+    /// for it (as the database reports it back for an existing table).
+    fn column(&self, t: &DataType) -> (Stored, String);
+    /// Run DDL.
+    fn execute(&mut self, sql: &str) -> std::result::Result<(), String>;
+    /// `table`'s columns and their types, in order (empty: no such table).
+    fn columns(&mut self, table: &str) -> std::result::Result<Vec<(String, String)>, String>;
+    /// The sink state of `table`: the run and the last epoch applied.
+    fn state(&mut self, table: &str) -> std::result::Result<Option<(String, i64)>, String>;
+    /// The `CREATE TABLE` clause that makes `keys` the upsert key.
+    fn key_clause(&self, keys: &[String]) -> String;
+    /// Make `run` the owner of `table`'s sink state, at epoch 0, unless the
+    /// state holds an applied epoch already.
+    fn claim(&mut self, table: &str, run: &str) -> std::result::Result<(), String>;
+    /// In one transaction that first locks the sink state: if it holds
+    /// `epoch` already (a previous process of this run applied it, its
+    /// commit landing after this one read the state), do nothing and return
+    /// `Some(the epoch it holds)`; else do `ops` and set the state to
+    /// (`run`, `epoch`). The state naming another run is an error.
+    fn apply(&mut self, epoch: Epoch<'_>) -> std::result::Result<Option<i64>, String>;
+}
+
+/// A column of the sink's table.
+#[derive(Clone, Debug)]
+pub(crate) struct Column {
+    pub name: String,
+    pub stored: Stored,
+    /// The type the table declares.
+    pub sql_type: String,
+}
+
+/// One epoch for [`Backend::apply`].
+pub(crate) struct Epoch<'a> {
+    pub table: &'a str,
+    pub columns: &'a [Column],
+    pub conflict: Option<&'a [String]>,
+    pub ops: Vec<Op>,
+    pub run: &'a str,
+    pub epoch: i64,
+}
+
+/// What [`Backend::apply`] found in the locked sink state: `Ok(true)` to
+/// go on, `Ok(false)` when it holds the epoch already.
+pub(crate) fn check_state(
+    state: Option<(String, i64)>,
+    run: &str,
+    epoch: i64,
+) -> std::result::Result<bool, String> {
+    match state {
+        Some((r, _)) if r != run => Err(format!(
+            "another run ({r}) took the table over meanwhile; this run is {run}"
+        )),
+        Some((_, now)) => Ok(epoch > now),
+        None => Ok(true),
+    }
+}
+
+impl Epoch<'_> {
+    /// The insert (or upsert), with `mark(i, column)` as the i-th (from 1)
+    /// placeholder.
+    pub fn insert(&self, mark: impl Fn(usize, &Column) -> String) -> String {
+        let t = quote(self.table);
+        let names: Vec<String> = self.columns.iter().map(|c| quote(&c.name)).collect();
+        let marks: Vec<String> = self
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| mark(i + 1, c))
+            .collect();
+        let mut sql = format!(
+            "INSERT INTO {t} ({}) VALUES ({})",
+            names.join(", "),
+            marks.join(", ")
+        );
+        if let Some(c) = self.conflict {
+            let keys: Vec<String> = c.iter().map(|n| quote(n)).collect();
+            let set: Vec<String> = names
+                .iter()
+                .filter(|n| !keys.contains(n))
+                .map(|n| format!("{n} = excluded.{n}"))
+                .collect();
+            sql.push_str(&format!(" ON CONFLICT ({}) DO ", keys.join(", ")));
+            sql.push_str(&match set.is_empty() {
+                true => "NOTHING".to_string(),
+                false => format!("UPDATE SET {}", set.join(", ")),
+            });
+        }
+        sql
+    }
+
+    /// The window bounds' columns (a view with windows has both).
+    pub fn bounds(&self) -> Option<(&Column, &Column)> {
+        let find = |name: &str| self.columns.iter().find(|c| c.name == name);
+        find("window_start").zip(find("window_end"))
+    }
+
+    /// The delete of one window's rows, with `mark` as in [`Self::insert`]
+    /// (`None` without window bounds).
+    pub fn clear_window(&self, mark: impl Fn(usize, &Column) -> String) -> Option<String> {
+        let (s, e) = self.bounds()?;
+        Some(format!(
+            "DELETE FROM {} WHERE \"window_start\" = {} AND \"window_end\" = {}",
+            quote(self.table),
+            mark(1, s),
+            mark(2, e)
+        ))
+    }
+
+    /// The delete of every row.
+    pub fn clear(&self) -> String {
+        format!("DELETE FROM {}", quote(self.table))
+    }
+}
+
+/// The claim of [`Backend::claim`], with `mark(i)` as the i-th placeholder
+/// (the table, then the run).
+fn claim_sql(mark: impl Fn(usize) -> String) -> String {
+    format!(
+        "INSERT INTO _thund_sink (sink_table, run, epoch) VALUES ({}, {}, 0) \
+         ON CONFLICT (sink_table) DO UPDATE SET run = excluded.run WHERE _thund_sink.epoch = 0",
+        mark(1),
+        mark(2)
+    )
+}
+
+/// The sink-state table, in both databases' SQL.
+const STATE_DDL: &str = "CREATE TABLE IF NOT EXISTS _thund_sink (\
+     sink_table TEXT PRIMARY KEY, run TEXT NOT NULL, epoch BIGINT NOT NULL)";
+
+/// A keyed, exactly-once sink into a database table.
+pub struct DbSink {
+    db: Box<dyn Backend>,
+    shown: PathBuf,
     table: String,
-    schema: SchemaRef,
+    columns: Vec<Column>,
     mode: OutputMode,
     /// Columns the upsert conflicts on (Update mode with a key).
     conflict: Option<Vec<String>>,
@@ -180,7 +405,7 @@ pub struct SqliteSink {
     applied: u64,
 }
 
-impl SqliteSink {
+impl DbSink {
     /// Open (or create) `url`'s database and table for a view emitting
     /// `schema` in `mode`, whose rows are keyed by `key` (column names; the
     /// window bounds are added) or not (`None`). `run` identifies the run the
@@ -197,19 +422,19 @@ impl SqliteSink {
         fresh: bool,
     ) -> Result<Self> {
         let table = url.table.clone().unwrap_or_else(|| view.to_string());
+        let shown = url.shown();
         let err = |m: String| Error::Output {
-            path: url.path.clone(),
+            path: shown.clone(),
             message: format!("table `{table}`: {m}"),
         };
-        let db = |e: rusqlite::Error| err(e.to_string());
-        let conn = rusqlite::Connection::open(&url.path).map_err(db)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(db)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS _thund_sink (\
-             sink_table TEXT PRIMARY KEY, run TEXT NOT NULL, epoch INTEGER NOT NULL)",
-        )
-        .map_err(db)?;
+        let mut db: Box<dyn Backend> = match &url.database {
+            Database::Sqlite(path) => Box::new(sqlite::Sqlite::open(path).map_err(&err)?),
+            #[cfg(feature = "postgres")]
+            Database::Postgres(conn) => Box::new(postgres::Postgres::open(conn).map_err(&err)?),
+            #[cfg(not(feature = "postgres"))]
+            Database::Postgres(_) => return Err(err(postgres_url("").unwrap_err())),
+        };
+        db.execute(STATE_DDL).map_err(&err)?;
         let bounds = ["window_start", "window_end"]
             .into_iter()
             .filter(|b| schema.field_with_name(b).is_ok())
@@ -219,68 +444,55 @@ impl SqliteSink {
             _ => None,
         };
         // the table: create it, or check the one there
-        let cols: Vec<(String, &'static str)> = schema
+        let columns: Vec<Column> = schema
             .fields()
             .iter()
-            .map(|f| (f.name().clone(), sql_type(f.data_type())))
+            .map(|f| {
+                let (stored, sql_type) = db.column(f.data_type());
+                Column {
+                    name: f.name().clone(),
+                    stored,
+                    sql_type,
+                }
+            })
             .collect();
-        let mut stmt = conn
-            .prepare(&format!("PRAGMA table_info({})", quote(&table)))
-            .map_err(db)?;
-        let existing: Vec<(String, String)> = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
-            .map_err(db)?
-            .collect::<std::result::Result<_, _>>()
-            .map_err(db)?;
-        drop(stmt);
+        let existing = db.columns(&table).map_err(&err)?;
+        let want: Vec<(String, String)> = columns
+            .iter()
+            .map(|c| (c.name.clone(), c.sql_type.clone()))
+            .collect();
         if existing.is_empty() {
-            let mut ddl: Vec<String> = cols
+            let mut ddl: Vec<String> = want
                 .iter()
                 .map(|(n, t)| format!("{} {t}", quote(n)))
                 .collect();
             if let Some(c) = &conflict {
-                let k: Vec<String> = c.iter().map(|n| quote(n)).collect();
-                ddl.push(format!("PRIMARY KEY ({})", k.join(", ")));
+                ddl.push(db.key_clause(c));
             }
-            conn.execute_batch(&format!(
+            db.execute(&format!(
                 "CREATE TABLE {} ({})",
                 quote(&table),
                 ddl.join(", ")
             ))
-            .map_err(db)?;
-        } else {
-            let want: Vec<(String, String)> = cols
-                .iter()
-                .map(|(n, t)| (n.clone(), t.to_string()))
-                .collect();
-            if existing != want {
-                let show = |v: &[(String, String)]| {
-                    v.iter()
-                        .map(|(n, t)| format!("{n} {t}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                return Err(err(format!(
-                    "exists with columns ({}), but the view emits ({}): drop it or sink into another table",
-                    show(&existing),
-                    show(&want)
-                )));
-            }
+            .map_err(&err)?;
+        } else if !same_columns(&existing, &want) {
+            let show = |v: &[(String, String)]| {
+                v.iter()
+                    .map(|(n, t)| format!("{n} {t}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(err(format!(
+                "exists with columns ({}), but the view emits ({}): drop it or sink into another table",
+                show(&existing),
+                show(&want)
+            )));
         }
-        let state: Option<(String, i64)> = conn
-            .query_row(
-                "SELECT run, epoch FROM _thund_sink WHERE sink_table = ?1",
-                [&table],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map(Some)
-            .or_else(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                e => Err(e),
-            })
-            .map_err(db)?;
-        let applied = match state {
-            None => 0,
+        let applied = match db.state(&table).map_err(&err)? {
+            None | Some((_, 0)) => {
+                db.claim(&table, run).map_err(&err)?;
+                0
+            }
             Some((r, e)) if r == run && !(fresh && e > 0) => e.max(0) as u64,
             Some((r, e)) => {
                 return Err(err(format!(
@@ -289,11 +501,11 @@ impl SqliteSink {
                 )))
             }
         };
-        Ok(SqliteSink {
-            conn,
-            path: url.path.clone(),
+        Ok(DbSink {
+            db,
+            shown,
             table,
-            schema,
+            columns,
             mode,
             conflict,
             applied,
@@ -305,6 +517,11 @@ impl SqliteSink {
         self.applied
     }
 
+    /// The table written.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
     /// Apply `epoch`'s rows in one transaction with the sink state; an
     /// epoch at or below the last applied is skipped (a replay). Returns
     /// whether it was applied.
@@ -312,105 +529,93 @@ impl SqliteSink {
         if epoch <= self.applied {
             return Ok(false);
         }
-        let err = |e: rusqlite::Error| Error::Output {
-            path: self.path.clone(),
-            message: format!("table `{}`: {e}", self.table),
+        let ops = self.plan(batches)?;
+        let e = Epoch {
+            table: &self.table,
+            columns: &self.columns,
+            conflict: self.conflict.as_deref(),
+            ops,
+            run,
+            epoch: i64::try_from(epoch).unwrap_or(i64::MAX),
         };
-        let tx = self.conn.transaction().map_err(err)?;
-        let t = quote(&self.table);
-        let names: Vec<String> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| quote(f.name()))
-            .collect();
-        let marks: Vec<String> = (1..=names.len()).map(|i| format!("?{i}")).collect();
-        let mut insert = format!(
-            "INSERT INTO {t} ({}) VALUES ({})",
-            names.join(", "),
-            marks.join(", ")
-        );
-        if let Some(c) = &self.conflict {
-            let keys: Vec<String> = c.iter().map(|n| quote(n)).collect();
-            let set: Vec<String> = names
-                .iter()
-                .filter(|n| !keys.contains(n))
-                .map(|n| format!("{n} = excluded.{n}"))
-                .collect();
-            insert.push_str(&format!(" ON CONFLICT ({}) DO ", keys.join(", ")));
-            insert.push_str(&match set.is_empty() {
-                true => "NOTHING".to_string(),
-                false => format!("UPDATE SET {}", set.join(", ")),
-            });
+        let held = self.db.apply(e).map_err(|m| Error::Output {
+            path: self.shown.clone(),
+            message: format!("table `{}`: {m}", self.table),
+        })?;
+        match held {
+            Some(now) => {
+                self.applied = now.max(0) as u64;
+                Ok(false)
+            }
+            None => {
+                self.applied = epoch;
+                Ok(true)
+            }
         }
+    }
+
+    /// The operations of one epoch's rows.
+    fn plan(&self, batches: &[RecordBatch]) -> Result<Vec<Op>> {
+        let mut ops = Vec::new();
         if self.mode == OutputMode::Complete {
-            tx.execute(&format!("DELETE FROM {t}"), []).map_err(err)?;
+            ops.push(Op::Clear);
         }
-        let fin = self
-            .schema
-            .index_of("final")
-            .ok()
-            .filter(|_| self.mode == OutputMode::Update);
-        let bounds = (
-            self.schema.index_of("window_start").ok(),
-            self.schema.index_of("window_end").ok(),
-        );
-        {
-            let mut ins = tx.prepare_cached(&insert).map_err(err)?;
-            // the windows whose rows this epoch's final rows replace (few)
-            let mut cleared: Vec<(Value, Value)> = Vec::new();
-            for b in batches {
-                let cols: Vec<Vec<Value>> = b
-                    .columns()
-                    .iter()
-                    .zip(self.schema.fields())
-                    .map(|(c, f)| {
-                        values(c).map_err(|e| Error::Output {
-                            path: self.path.clone(),
+        let index = |name: &str| self.columns.iter().position(|c| c.name == name);
+        let fin = index("final").filter(|_| self.mode == OutputMode::Update);
+        let bounds = (index("window_start"), index("window_end"));
+        // the windows whose rows this epoch's final rows replace (few)
+        let mut cleared: Vec<(Cell, Cell)> = Vec::new();
+        for b in batches {
+            let mut cols: Vec<std::vec::IntoIter<Cell>> = b
+                .columns()
+                .iter()
+                .zip(&self.columns)
+                .map(|(c, col)| {
+                    cells(c, col.stored)
+                        .map(Vec::into_iter)
+                        .map_err(|e| Error::Output {
+                            path: self.shown.clone(),
                             message: format!(
                                 "table `{}`: column `{}` ({}): {e}",
                                 self.table,
-                                f.name(),
+                                col.name,
                                 c.data_type()
                             ),
                         })
-                    })
-                    .collect::<Result<_>>()?;
-                for i in 0..b.num_rows() {
-                    let is_final = fin.is_some_and(|c| cols[c][i] == Value::Integer(1));
-                    if let (true, (Some(s), Some(e))) = (is_final, bounds) {
-                        let w = (cols[s][i].clone(), cols[e][i].clone());
-                        if !cleared.contains(&w) {
-                            tx.execute(
-                                &format!(
-                                    "DELETE FROM {t} WHERE \"window_start\" = ?1 AND \"window_end\" = ?2"
-                                ),
-                                [&w.0, &w.1],
-                            )
-                            .map_err(err)?;
-                            cleared.push(w);
-                        }
+                })
+                .collect::<Result<_>>()?;
+            for _ in 0..b.num_rows() {
+                let row: Vec<Cell> = cols
+                    .iter_mut()
+                    .map(|c| c.next().unwrap_or(Cell::Null))
+                    .collect();
+                let is_final = fin.is_some_and(|c| row[c] == Cell::Bool(true));
+                if let (true, (Some(s), Some(e))) = (is_final, bounds) {
+                    let w = (row[s].clone(), row[e].clone());
+                    if !cleared.contains(&w) {
+                        ops.push(Op::ClearWindow(w.0.clone(), w.1.clone()));
+                        cleared.push(w);
                     }
-                    let row: Vec<&Value> = cols.iter().map(|c| &c[i]).collect();
-                    ins.execute(rusqlite::params_from_iter(row)).map_err(err)?;
                 }
+                ops.push(Op::Row(row));
             }
         }
-        tx.execute(
-            "INSERT INTO _thund_sink (sink_table, run, epoch) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (sink_table) DO UPDATE SET run = excluded.run, epoch = excluded.epoch",
-            rusqlite::params![self.table, run, epoch as i64],
-        )
-        .map_err(err)?;
-        tx.commit().map_err(err)?;
-        self.applied = epoch;
-        Ok(true)
+        Ok(ops)
     }
+}
 
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
+/// Whether an existing table's columns are the ones wanted (names exactly,
+/// types without case or a precision the database adds).
+fn same_columns(existing: &[(String, String)], want: &[(String, String)]) -> bool {
+    let norm = |t: &str| {
+        let t = t.to_ascii_lowercase();
+        t.split('(').next().unwrap_or("").trim().to_string()
+    };
+    existing.len() == want.len()
+        && existing
+            .iter()
+            .zip(want)
+            .all(|((a, at), (b, bt))| a == b && norm(at) == norm(bt))
 }
 
 #[cfg(test)]
@@ -418,19 +623,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn values_that_do_not_fit_sqlite_are_errors_not_nulls() {
+    fn values_that_do_not_fit_are_errors_not_nulls() {
         let big: ArrayRef = std::sync::Arc::new(arrow::array::UInt64Array::from(vec![
             Some(7),
             None,
             Some(u64::MAX),
         ]));
-        let err = values(&big).expect_err("u64::MAX is no SQLite INTEGER");
+        let err = cells(&big, Stored::Int).expect_err("u64::MAX is no i64");
         assert!(err.to_string().contains("18446744073709551615"), "{err}");
         let fits: ArrayRef =
             std::sync::Arc::new(arrow::array::UInt64Array::from(vec![Some(7), None]));
         assert_eq!(
-            values(&fits).expect("fits"),
-            [Value::Integer(7), Value::Null]
+            cells(&fits, Stored::Int).expect("fits"),
+            [Cell::Int(7), Cell::Null]
+        );
+    }
+
+    #[test]
+    fn passwords_are_not_shown() {
+        assert_eq!(
+            redact("postgres://me:secret@127.0.0.1:5432/db?table=t"),
+            "postgres://me:***@127.0.0.1:5432/db?table=t"
+        );
+        assert_eq!(
+            redact("postgres://me@127.0.0.1/db"),
+            "postgres://me@127.0.0.1/db"
         );
     }
 }

@@ -15,6 +15,7 @@ use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 
 pub mod bin;
+pub mod db;
 pub mod nexmark;
 pub mod rng;
 #[allow(unused_imports)]
