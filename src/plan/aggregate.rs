@@ -212,6 +212,9 @@ pub(crate) struct CompiledAgg {
 pub(crate) enum PerValue {
     /// `COUNT(DISTINCT x)`: how many there are.
     CountDistinct,
+    /// `SUM(DISTINCT x)` of integers and decimals: each value's state is
+    /// `MAX(x)` (so `x` itself); the group sums its values.
+    SumDistinct,
     /// `MIN(x)` of a type without an integer order (strings, binaries): the least.
     Min,
     /// `MAX(x)` likewise: the greatest.
@@ -323,8 +326,9 @@ fn agg_func(e: &Expr, input: &DFSchema) -> Result<AggCall, FallbackReason> {
     };
     let name = af.func.name().to_ascii_uppercase();
     let p = &af.params;
-    // COUNT(DISTINCT x) is kept per value of x; MIN/MAX(DISTINCT x) are MIN/MAX(x)
-    if p.distinct && !matches!(name.as_str(), "COUNT" | "MIN" | "MAX") {
+    // COUNT/SUM(DISTINCT x) are kept per value of x (SUM of integers and
+    // decimals, checked below); MIN/MAX(DISTINCT x) are MIN/MAX(x)
+    if p.distinct && !matches!(name.as_str(), "COUNT" | "SUM" | "MIN" | "MAX") {
         return Err(FallbackReason::DistinctAggregate { func: name });
     }
     if !p.order_by.is_empty() {
@@ -366,8 +370,15 @@ fn agg_func(e: &Expr, input: &DFSchema) -> Result<AggCall, FallbackReason> {
             data_type: dt.to_string(),
         });
     }
+    // SUM/AVG(DISTINCT …) of floats: which of -0.0 and 0.0, or which NaN,
+    // is one value is not settled here
+    let exact = dt.is_integer() || matches!(dt, DataType::Decimal128(_, _));
+    if p.distinct && func == AggFunc::Sum && !exact {
+        return Err(FallbackReason::DistinctAggregate { func: name });
+    }
     let per_value = match func {
         AggFunc::Count if p.distinct => Some(PerValue::CountDistinct),
+        AggFunc::Sum if p.distinct => Some(PerValue::SumDistinct),
         AggFunc::Min if ordered_per_value(&dt) => Some(PerValue::Min),
         AggFunc::Max if ordered_per_value(&dt) => Some(PerValue::Max),
         _ => None,
@@ -520,13 +531,18 @@ pub(super) fn compile(
             input_type: input_type.to_string(),
             output_type: output_type.to_string(),
             filter: filter.as_ref().map(|f| f.to_string()),
-            distinct: per_value == Some(PerValue::CountDistinct),
+            distinct: matches!(
+                per_value,
+                Some(PerValue::CountDistinct | PerValue::SumDistinct)
+            ),
         });
         aggs.push(CompiledAgg {
             name: aggregate_name(&agg_desc[agg_desc.len() - 1]),
             func,
             // per value: the count of the argument's rows (of its FILTER)
             kind: match per_value {
+                // the value itself, so the group can sum its values
+                Some(PerValue::SumDistinct) => kind_of(AggFunc::Max, &input_type),
                 Some(_) => AggKind::Count,
                 None => kind_of(func, &input_type),
             },

@@ -41,6 +41,10 @@ const QUERIES: &[&str] = &[
     "SELECT g, COUNT(*) AS c, COUNT(DISTINCT k) AS dk, COUNT(DISTINCT k) FILTER (WHERE v > 0) AS dkp, \
      SUM(v) AS s, MAX(f) AS mx, AVG(d) AS ad FROM t GROUP BY g",
     "SELECT COUNT(DISTINCT v) AS dv, AVG(f) AS af FROM t",
+    // SUM(DISTINCT …) of integers and decimals, with FILTER, beside COUNT(DISTINCT …)
+    "SELECT k % 2 AS p, SUM(DISTINCT v) AS sv, AVG(v) AS av, \
+     SUM(DISTINCT v) FILTER (WHERE f > 10) AS svf, COUNT(DISTINCT v) AS cv, COUNT(*) AS c FROM t GROUP BY k % 2",
+    "SELECT SUM(DISTINCT d) AS sd, AVG(d) AS ad, MAX(f) AS mf FROM t",
     "SELECT k % 2 AS p, COUNT(DISTINCT g) AS dg FROM t GROUP BY k % 2 HAVING COUNT(DISTINCT g) > 1",
     // MIN/MAX of strings: kept per value, exact under eviction
     "SELECT k, MIN(g) AS lo, MAX(g) AS hi, MAX(g) FILTER (WHERE v > 0) AS hip, COUNT(DISTINCT g) AS n, \

@@ -569,3 +569,74 @@ fn per_value_float_sums_follow_each_trigger_on_both_paths() {
         ]
     );
 }
+
+/// `SUM(DISTINCT v)` at the integer limits: a value seen twice is summed
+/// once (`i64::MAX` twice fits), and a distinct set whose sum does not fit
+/// is `Error::Overflow` on both paths, never a wrapped value.
+#[test]
+fn sum_of_distinct_values_at_the_limits_is_the_same_on_both_paths() {
+    let ev = |t: i64, v: i64| common::Ev {
+        t,
+        k: 1,
+        g: "a".into(),
+        v: Some(v),
+        f: 0.0,
+    };
+    // the values, and the (sum, distinct count) expected, or an overflow
+    type Case = (Vec<i64>, Option<(i64, i64)>);
+    let cases: Vec<Case> = vec![
+        (vec![i64::MAX, i64::MAX, i64::MAX], Some((i64::MAX, 1))),
+        (vec![i64::MIN, i64::MAX, i64::MIN], Some((-1, 2))),
+        (vec![i64::MAX, 1, i64::MAX], None),
+        (vec![i64::MIN, -1, -1], None),
+    ];
+    for (values, want) in cases {
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let mut e = Engine::builder().build().expect("engine");
+            e.create_view(
+                ViewSpec::builder(
+                    "v",
+                    "SELECT k, SUM(DISTINCT v) AS s, COUNT(DISTINCT v) AS n FROM t GROUP BY k",
+                )
+                .source("t", "ts", common::schema())
+                .window(WindowSpec::tumbling(Duration::from_secs(10)))
+                .output(OutputMode::Append)
+                .mode(exec)
+                .build()
+                .expect("spec"),
+            )
+            .expect("view");
+            let expected_path = match exec {
+                ExecMode::Auto => PathKind::Incremental,
+                _ => PathKind::Recompute,
+            };
+            let rows: Vec<common::Ev> = values
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| ev(i as i64, v))
+                .collect();
+            e.push("t", common::batch(&rows)).expect("push");
+            let got = e.trigger().and_then(|_| e.finish());
+            match (want, got) {
+                (Some((s, a)), Ok(r)) => {
+                    let v = &r.views[0];
+                    assert_eq!(v.path, expected_path);
+                    let b = &v.output[0];
+                    let sum = b
+                        .column(3)
+                        .as_any()
+                        .downcast_ref::<Int64Array>()
+                        .expect("sum");
+                    let n = b
+                        .column(4)
+                        .as_any()
+                        .downcast_ref::<Int64Array>()
+                        .expect("count");
+                    assert_eq!((sum.value(0), n.value(0)), (s, a), "{values:?} {exec:?}");
+                }
+                (None, Err(Error::Overflow { .. })) => {}
+                (w, g) => panic!("{values:?} {exec:?}: want {w:?}, got {g:?}"),
+            }
+        }
+    }
+}

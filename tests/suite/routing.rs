@@ -98,6 +98,14 @@ fn table() -> Vec<(&'static str, Option<Why>)> {
         ),
         (
             "SELECT k, SUM(DISTINCT v) AS sv FROM a GROUP BY k",
+            None,
+        ),
+        (
+            "SELECT k, AVG(DISTINCT v) AS av FROM a GROUP BY k",
+            Some(Why::DistinctAggregate { func: s("AVG") }),
+        ),
+        (
+            "SELECT k, SUM(DISTINCT f) AS sf FROM a GROUP BY k",
             Some(Why::DistinctAggregate { func: s("SUM") }),
         ),
         (

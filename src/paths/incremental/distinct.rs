@@ -83,6 +83,8 @@ impl DistinctGroups {
                     m.count += 1;
                     m.value = Value::Int(i128::from(m.count));
                 }
+                // the value joins the sum (its state is MAX(x): x itself)
+                Some(PerValue::SumDistinct) => m.combine(AggKind::SumInt, &one(new))?,
                 Some(p) => {
                     let better = match m.value {
                         Value::Int(best) if m.count > 0 => {
@@ -279,6 +281,15 @@ fn merged(window: Window, g: &Group) -> Update {
     }
 }
 
+/// A value's contribution to its group's `SUM`/`AVG(DISTINCT …)`: counted
+/// once, with the value its `MAX` state holds.
+fn one(entry: &AggState) -> AggState {
+    AggState {
+        count: 1,
+        value: entry.value,
+    }
+}
+
 /// One group's states from its entries' (key id, states): `COUNT(DISTINCT
 /// …)` counts the entries whose count is positive, `MIN`/`MAX` keep the key
 /// id of the least or greatest such entry (count 1, or empty without one),
@@ -297,6 +308,9 @@ fn merge<'a>(
                 None => o.combine(a.kind, x).map_err(|e| Error::dataflow(view, e))?,
                 Some(_) if x.count <= 0 => {}
                 Some(PerValue::CountDistinct) => o.count += 1,
+                Some(PerValue::SumDistinct) => o
+                    .combine(AggKind::SumInt, &one(x))
+                    .map_err(|e| Error::dataflow(view, e))?,
                 Some(p) => {
                     let better = |old: &u64| {
                         let ord = keys.bytes(key).cmp(keys.bytes(*old));

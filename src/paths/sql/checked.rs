@@ -99,10 +99,12 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
     let [arg] = p.args.as_slice() else {
         return Ok(Transformed::no(e));
     };
-    if p.distinct {
+    let dt = arg.get_type(input)?;
+    // of DISTINCT aggregates only the integer SUM is replaced (it wraps otherwise)
+    let integer = dt.is_signed_integer() || dt.is_unsigned_integer();
+    if p.distinct && !(name == "sum" && integer) {
         return Ok(Transformed::no(e));
     }
-    let dt = arg.get_type(input)?;
     let udaf: Arc<dyn AggregateUDFImpl> = match name.as_str() {
         "sum" if dt.is_signed_integer() || dt.is_unsigned_integer() => Arc::new(CheckedSum {
             label: format!("SUM({arg})"),
@@ -208,13 +210,28 @@ impl AggregateUDFImpl for CheckedSum {
         Ok(self.out.clone())
     }
     fn state_fields(&self, args: StateFieldsArgs) -> datafusion::error::Result<Vec<FieldRef>> {
-        Ok(vec![Arc::new(Field::new(
-            format_state_name(args.name, "sum"),
-            DataType::Decimal128(38, 0),
-            true,
-        ))])
+        let item = DataType::Decimal128(38, 0);
+        Ok(vec![Arc::new(match args.is_distinct {
+            // the distinct values seen
+            true => Field::new(
+                format_state_name(args.name, "sum distinct"),
+                DataType::List(Arc::new(Field::new_list_field(item, true))),
+                true,
+            ),
+            false => Field::new(format_state_name(args.name, "sum"), item, true),
+        })])
     }
-    fn accumulator(&self, _: AccumulatorArgs) -> datafusion::error::Result<Box<dyn Accumulator>> {
+    fn accumulator(
+        &self,
+        args: AccumulatorArgs,
+    ) -> datafusion::error::Result<Box<dyn Accumulator>> {
+        if args.is_distinct {
+            return Ok(Box::new(DistinctSumAcc {
+                label: self.label.clone(),
+                out: self.out.clone(),
+                values: Default::default(),
+            }));
+        }
         Ok(Box::new(SumAcc {
             label: self.label.clone(),
             out: self.out.clone(),
@@ -288,6 +305,74 @@ impl Accumulator for SumAcc {
     }
     fn size(&self) -> usize {
         std::mem::size_of_val(self) + self.label.capacity()
+    }
+}
+
+/// Exact integer `SUM(DISTINCT …)`: the distinct values, summed exactly
+/// when the aggregate is evaluated; an error instead of a wrap.
+#[derive(Debug)]
+struct DistinctSumAcc {
+    label: String,
+    out: DataType,
+    values: std::collections::BTreeSet<i128>,
+}
+
+impl DistinctSumAcc {
+    fn add(&mut self, d: &ArrayRef) -> datafusion::error::Result<()> {
+        let d = cast(d, &DataType::Decimal128(38, 0))?;
+        let d = d
+            .as_any()
+            .downcast_ref::<Decimal128Array>()
+            .ok_or_else(|| {
+                DataFusionError::Internal("SUM(DISTINCT) input is not Decimal128".into())
+            })?;
+        self.values.extend(d.iter().flatten());
+        Ok(())
+    }
+}
+
+impl Accumulator for DistinctSumAcc {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> datafusion::error::Result<()> {
+        self.add(&values[0])
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> datafusion::error::Result<()> {
+        let lists = states[0]
+            .as_any()
+            .downcast_ref::<arrow::array::ListArray>()
+            .ok_or_else(|| DataFusionError::Internal("SUM(DISTINCT) state is not a list".into()))?;
+        for l in lists.iter().flatten() {
+            self.add(&l)?;
+        }
+        Ok(())
+    }
+    fn state(&mut self) -> datafusion::error::Result<Vec<ScalarValue>> {
+        let values: Vec<ScalarValue> = self
+            .values
+            .iter()
+            .map(|v| ScalarValue::Decimal128(Some(*v), 38, 0))
+            .collect();
+        Ok(vec![ScalarValue::List(ScalarValue::new_list_nullable(
+            &values,
+            &DataType::Decimal128(38, 0),
+        ))])
+    }
+    fn evaluate(&mut self) -> datafusion::error::Result<ScalarValue> {
+        let mut sum = SumAcc {
+            label: self.label.clone(),
+            out: self.out.clone(),
+            scale: 0,
+            sum: None,
+        };
+        let values: ArrayRef = Arc::new(Decimal128Array::from_iter_values(
+            self.values.iter().copied(),
+        ));
+        if !self.values.is_empty() {
+            sum.add_raw(&values)?;
+        }
+        sum.evaluate()
+    }
+    fn size(&self) -> usize {
+        std::mem::size_of_val(self) + self.label.capacity() + self.values.len() * 48
     }
 }
 
