@@ -162,6 +162,27 @@ impl TimeWindows {
         (window, clamp(start), clamp(start + i128::from(self.slide)))
     }
 
+    /// The times `[lo, hi)` around `t` that are in exactly `t`'s windows
+    /// (rows in time order ask for their windows once per run). A run ends
+    /// where a window starts or where one ends: with a size that is no
+    /// multiple of the slide, times sharing their last window can differ in
+    /// their first.
+    pub(crate) fn windows_run(&self, t: EventTime) -> (EventTime, EventTime) {
+        let (slide, size, offset) = (
+            i128::from(self.slide),
+            i128::from(self.size),
+            i128::from(self.offset),
+        );
+        let align = |x: i128| (x - offset).div_euclid(slide) * slide + offset;
+        let t = i128::from(t);
+        // the newest window's start, and the oldest's start minus a slide
+        let (newest, before_oldest) = (align(t), align(t - size));
+        (
+            clamp(newest.max(before_oldest + size)),
+            clamp((newest + slide).min(before_oldest + slide + size)),
+        )
+    }
+
     /// Every window that holds `t` (or the pane starting at `t`), earliest first.
     pub fn windows_of(&self, t: EventTime) -> impl Iterator<Item = Window> + '_ {
         let last = align(t, self.slide, self.offset);
@@ -252,6 +273,35 @@ mod tests {
         let got: Vec<_> = w.windows_of(2).collect();
         assert_eq!(got, vec![Window { start: -7, end: 3 }]);
         assert_eq!(w.last_window(3), Window { start: 3, end: 13 });
+    }
+
+    #[test]
+    fn a_windows_run_is_the_times_that_share_all_their_windows() {
+        let of = |w: &TimeWindows, t: i64| w.windows_of(t).collect::<Vec<_>>();
+        for (size, slide, offset) in [(10, 10, 0), (10, 10, 3), (10, 4, 1), (7, 3, 0), (15, 10, 0)]
+        {
+            let w = TimeWindows::new(size, slide, offset).expect("valid");
+            for t in [
+                i64::MIN + 40,
+                -11,
+                -1,
+                0,
+                5,
+                9,
+                10,
+                14,
+                1 << 40,
+                i64::MAX - 40,
+            ] {
+                let (lo, hi) = w.windows_run(t);
+                assert!(lo <= t && t < hi, "t = {t} outside its run [{lo}, {hi})");
+                for u in lo..hi {
+                    assert_eq!(of(&w, u), of(&w, t), "t = {t}, u = {u}");
+                }
+                assert_ne!(of(&w, lo - 1), of(&w, t), "t = {t}: the run starts later");
+                assert_ne!(of(&w, hi), of(&w, t), "t = {t}: the run ends later");
+            }
+        }
     }
 
     #[test]

@@ -294,19 +294,12 @@ impl JoinView {
         for o in &on_time {
             // every on-time row makes its open windows exist (looked up once per
             // run of rows in the same windows: rows come mostly in time order)
-            let mut last: Option<(Option<Window>, Window)> = None;
+            let mut run: Option<(EventTime, EventTime)> = None;
             for &t in o.times.values() {
-                // rows whose first and last windows are the same are in the
-                // same windows (the last alone is not enough when the size is
-                // no multiple of the slide)
-                let span = (
-                    self.plan.windows.windows_of(t).next(),
-                    self.plan.windows.last_window(t),
-                );
-                if last == Some(span) {
+                if run.is_some_and(|(lo, hi)| lo <= t && t < hi) {
                     continue;
                 }
-                last = Some(span);
+                run = Some(self.plan.windows.windows_run(t));
                 for window in self.plan.windows.windows_of(t) {
                     if w_prev.is_none_or(|w| window.end > w) {
                         self.windows.insert(window);
