@@ -388,6 +388,27 @@ fn claim_sql(mark: impl Fn(usize) -> String) -> String {
     )
 }
 
+/// The read of a table's sink state (`run`, `epoch`), with `mark(1)` as
+/// the table's placeholder.
+fn state_sql(mark: impl Fn(usize) -> String) -> String {
+    format!(
+        "SELECT run, epoch FROM _thund_sink WHERE sink_table = {}",
+        mark(1)
+    )
+}
+
+/// The write of a table's sink state, with `mark(i)` as the i-th
+/// placeholder (the table, the run, the epoch).
+fn set_state_sql(mark: impl Fn(usize) -> String) -> String {
+    format!(
+        "INSERT INTO _thund_sink (sink_table, run, epoch) VALUES ({}, {}, {}) \
+         ON CONFLICT (sink_table) DO UPDATE SET run = excluded.run, epoch = excluded.epoch",
+        mark(1),
+        mark(2),
+        mark(3)
+    )
+}
+
 /// The sink-state table, in both databases' SQL.
 const STATE_DDL: &str = "CREATE TABLE IF NOT EXISTS _thund_sink (\
      sink_table TEXT PRIMARY KEY, run TEXT NOT NULL, epoch BIGINT NOT NULL)";

@@ -38,6 +38,11 @@ impl Postgres {
     }
 }
 
+/// PostgreSQL's i-th placeholder.
+fn placeholder(i: usize) -> String {
+    format!("${i}")
+}
+
 /// The placeholder of a column's value: typed, so a NULL needs no guessing.
 fn mark(i: usize, c: &Column) -> String {
     let sql_type = &c.sql_type;
@@ -114,10 +119,7 @@ impl Backend for Postgres {
     fn state(&mut self, table: &str) -> Result<Option<(String, i64)>, String> {
         let row = self
             .client
-            .query_opt(
-                "SELECT run, epoch FROM _thund_sink WHERE sink_table = $1",
-                &[&table],
-            )
+            .query_opt(&super::state_sql(placeholder), &[&table])
             .map_err(text)?;
         Ok(row.map(|r| (r.get(0), r.get(1))))
     }
@@ -129,7 +131,7 @@ impl Backend for Postgres {
 
     fn claim(&mut self, table: &str, run: &str) -> Result<(), String> {
         self.client
-            .execute(&super::claim_sql(|i| format!("${i}")), &[&table, &run])
+            .execute(&super::claim_sql(placeholder), &[&table, &run])
             .map(|_| ())
             .map_err(text)
     }
@@ -142,7 +144,7 @@ impl Backend for Postgres {
         // lock the sink's state: one writer per epoch, whatever else runs
         let state: Option<(String, i64)> = tx
             .query_opt(
-                "SELECT run, epoch FROM _thund_sink WHERE sink_table = $1 FOR UPDATE",
+                &format!("{} FOR UPDATE", super::state_sql(placeholder)),
                 &[&e.table],
             )
             .map_err(text)?
@@ -191,8 +193,7 @@ impl Backend for Postgres {
             }
         }
         tx.execute(
-            "INSERT INTO _thund_sink (sink_table, run, epoch) VALUES ($1, $2, $3) \
-             ON CONFLICT (sink_table) DO UPDATE SET run = excluded.run, epoch = excluded.epoch",
+            &super::set_state_sql(placeholder),
             &[&e.table, &e.run, &e.epoch],
         )
         .map_err(text)?;

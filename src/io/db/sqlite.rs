@@ -31,6 +31,23 @@ impl Sqlite {
     }
 }
 
+/// SQLite's i-th placeholder.
+fn placeholder(i: usize) -> String {
+    format!("?{i}")
+}
+
+/// `table`'s sink state, if it has one.
+fn read_state(conn: &rusqlite::Connection, table: &str) -> Result<Option<(String, i64)>, String> {
+    conn.query_row(&super::state_sql(placeholder), [table], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })
+    .map(Some)
+    .or_else(|e| match e {
+        rusqlite::Error::QueryReturnedNoRows => Ok(None),
+        e => Err(text(e)),
+    })
+}
+
 fn value(c: &Cell) -> Value {
     match c {
         Cell::Null => Value::Null,
@@ -75,17 +92,7 @@ impl Backend for Sqlite {
     }
 
     fn state(&mut self, table: &str) -> Result<Option<(String, i64)>, String> {
-        self.conn
-            .query_row(
-                "SELECT run, epoch FROM _thund_sink WHERE sink_table = ?1",
-                [table],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map(Some)
-            .or_else(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                e => Err(text(e)),
-            })
+        read_state(&self.conn, table)
     }
 
     fn key_clause(&self, keys: &[String]) -> String {
@@ -95,30 +102,20 @@ impl Backend for Sqlite {
 
     fn claim(&mut self, table: &str, run: &str) -> Result<(), String> {
         self.conn
-            .execute(&super::claim_sql(|i| format!("?{i}")), [table, run])
+            .execute(&super::claim_sql(placeholder), [table, run])
             .map(|_| ())
             .map_err(text)
     }
 
     fn apply(&mut self, e: Epoch<'_>) -> Result<Option<i64>, String> {
-        let mark = |i: usize, _: &super::Column| format!("?{i}");
+        let mark = |i: usize, _: &super::Column| placeholder(i);
         let (insert, clear_window, clear) = (e.insert(mark), e.clear_window(mark), e.clear());
         // IMMEDIATE: the state read and the writes are one writer's
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(text)?;
-        let state: Option<(String, i64)> = tx
-            .query_row(
-                "SELECT run, epoch FROM _thund_sink WHERE sink_table = ?1",
-                [e.table],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map(Some)
-            .or_else(|x| match x {
-                rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                x => Err(text(x)),
-            })?;
+        let state = read_state(&tx, e.table)?;
         let now = state.as_ref().map(|(_, n)| *n);
         if !super::check_state(state, e.run, e.epoch)? {
             return Ok(now);
@@ -144,8 +141,7 @@ impl Backend for Sqlite {
             }
         }
         tx.execute(
-            "INSERT INTO _thund_sink (sink_table, run, epoch) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (sink_table) DO UPDATE SET run = excluded.run, epoch = excluded.epoch",
+            &super::set_state_sql(placeholder),
             rusqlite::params![e.table, e.run, e.epoch],
         )
         .map_err(text)?;
