@@ -75,20 +75,7 @@ fn engine(spec: ViewSpec, root: Option<&str>) -> Engine {
 /// The rows a batch run of `events` (one trigger, then the end) emits for
 /// windows ending at or before `upto` (everything with `i64::MAX`).
 fn oracle(events: &[Ev], exec: ExecMode, upto: i64) -> Vec<String> {
-    std::thread::scope(|s| {
-        s.spawn(|| batch_run(events, exec, upto))
-            .join()
-            .expect("oracle")
-    })
-}
-
-fn batch_run(events: &[Ev], exec: ExecMode, upto: i64) -> Vec<String> {
-    let mut e = Engine::builder().build().expect("engine");
-    e.create_view(view(exec, Duration::ZERO, false))
-        .expect("view");
-    e.push("t", batch(events)).expect("push");
-    let mut out = e.trigger().expect("trigger").views[0].output.clone();
-    out.extend(e.finish().expect("finish").views[0].output.clone());
+    let out = batch_output(view(exec, Duration::ZERO, false), &[("t", events)]);
     let ends: Vec<i64> = out
         .iter()
         .flat_map(|b| {
@@ -105,6 +92,33 @@ fn batch_run(events: &[Ev], exec: ExecMode, upto: i64) -> Vec<String> {
         .filter(|(_, end)| *end <= upto)
         .map(|(r, _)| r)
         .collect();
+    rows.sort();
+    rows
+}
+
+/// What a batch run of `spec` emits: every source's events pushed at once,
+/// one trigger, then the end of the stream (on a thread of its own: the
+/// engine is a blocking API, and tests call this inside the runtime).
+fn batch_output(spec: ViewSpec, pushes: &[(&str, &[Ev])]) -> Vec<RecordBatch> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut e = Engine::builder().build().expect("engine");
+            e.create_view(spec).expect("view");
+            for (source, events) in pushes {
+                e.push(source, batch(events)).expect("push");
+            }
+            let mut out = e.trigger().expect("trigger").views[0].output.clone();
+            out.extend(e.finish().expect("finish").views[0].output.clone());
+            out
+        })
+        .join()
+        .expect("batch run")
+    })
+}
+
+/// [`batch_output`]'s rows, sorted.
+fn batch_rows(spec: ViewSpec, pushes: &[(&str, &[Ev])]) -> Vec<String> {
+    let mut rows = canon(&batch_output(spec, pushes));
     rows.sort();
     rows
 }
@@ -638,22 +652,7 @@ proptest! {
         let mut both = rows(&first);
         both.extend(rows(&second));
         both.sort();
-        let want = {
-            let events = c.events.clone();
-            let spec = spec.clone();
-            std::thread::spawn(move || {
-                let mut e = Engine::builder().build().expect("engine");
-                e.create_view(spec).expect("view");
-                e.push("t", batch(&events)).expect("push");
-                let mut out = e.trigger().expect("trigger").views[0].output.clone();
-                out.extend(e.finish().expect("finish").views[0].output.clone());
-                let mut rows = canon(&out);
-                rows.sort();
-                rows
-            })
-            .join()
-            .expect("oracle")
-        };
+        let want = batch_rows(spec.clone(), &[("t", &c.events)]);
         prop_assert_eq!(both, want);
     }
 }
@@ -735,21 +734,7 @@ fn a_join_of_two_live_sources_equals_the_batch_run() {
         });
         assert_eq!(outcome.stopped, Stopped::SourcesEnded);
         assert_eq!(outcome.rows_in, 65);
-        let want = std::thread::scope(|s| {
-            s.spawn(|| {
-                let mut e = Engine::builder().build().expect("engine");
-                e.create_view(spec(exec)).expect("view");
-                e.push("a", batch(&left)).expect("push a");
-                e.push("b", batch(&right)).expect("push b");
-                let mut out = e.trigger().expect("trigger").views[0].output.clone();
-                out.extend(e.finish().expect("finish").views[0].output.clone());
-                let mut rows = canon(&out);
-                rows.sort();
-                rows
-            })
-            .join()
-            .expect("batch run")
-        });
+        let want = batch_rows(spec(exec), &[("a", &left), ("b", &right)]);
         assert!(!want.is_empty());
         assert_eq!(rows(&log), want, "{exec:?}");
     }
