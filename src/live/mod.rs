@@ -391,8 +391,10 @@ impl Running {
                     .chain(futures::stream::once(async move { (i, None) }))
                     .boxed()
             }));
-        let mut ticks = (!interval.is_zero()).then(|| {
-            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        // an interval past the clock's range never fires (no panic on overflow)
+        let first = tokio::time::Instant::now().checked_add(interval);
+        let mut ticks = first.filter(|_| !interval.is_zero()).map(|at| {
+            let mut t = tokio::time::interval_at(at, interval);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             t
         });

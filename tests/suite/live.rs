@@ -447,6 +447,18 @@ fn refused_batches_failing_sources_and_bad_setups_are_typed() {
             "checkpoint_every(0)",
         ),
     ];
+    // an interval past the clock's range is accepted and never fires
+    let huge = rt.block_on(
+        Live::new(engine(view(ExecMode::Auto, Duration::ZERO, false), None))
+            .source("t", stream::iter(vec![good.clone()]))
+            .trigger_interval(Duration::MAX)
+            .run(std::future::pending()),
+    );
+    assert_eq!(
+        huge.expect("a huge interval").triggers,
+        1,
+        "only the end of the stream"
+    );
     for (live, says) in setups {
         let err = rt
             .block_on(live.run(std::future::pending()))
