@@ -82,13 +82,13 @@
 //!   [`WindowedJoin`], `host/join.rs`) and the worker threads' command loop
 //!   (`host/worker.rs`);
 //! * `render/`: one file per operator family, building its dataflow in a worker
-//!   (`render/aggregate.rs`: the windowed aggregate; `render/join.rs`: the windowed
-//!   inner equi-join of two inputs by `(window, join key)`, whose closed windows' rows the
-//!   worker retracts from both traces);
+//!   (`render/aggregate.rs`: the windowed aggregate);
 //! * `operators/`: the dataflow's operators, one per file (`collect.rs`);
 //! * `state/`: the state types: aggregate kinds and states (`agg.rs`), the difference type
-//!   (`diff.rs`), the worker's open-window table (`open.rs`) and pre-aggregation
-//!   (`preagg.rs`);
+//!   (`diff.rs`), the worker's open-window table (`open.rs`), pre-aggregation
+//!   (`preagg.rs`), and a worker's part of the windowed inner equi-join of two inputs by
+//!   `(window, join key)`, a symmetric hash join whose closed windows are dropped whole
+//!   (`join.rs`: rows only enter open windows, so no arrangement is needed);
 //! * at the top: event time, windows and keys (`window.rs`), the dataflow timestamp
 //!   (`time.rs`), spine and trace aliases and the arrangement wrapper (`typedefs.rs`), and
 //!   the error type (`error.rs`).
@@ -128,7 +128,7 @@ pub use error::{Error, Result};
 pub use host::cluster::Cluster;
 pub use host::handle::{ArrangementSize, Config, PendingSnapshot, Step, WindowedAggregate};
 pub use host::join::{JoinRow, JoinStep, Side, WindowedJoin};
-pub use render::join::Pair;
 pub use state::agg::{AggKind, AggState, Update, Value};
+pub use state::join::Pair;
 pub use state::preagg::PreAggregator;
 pub use window::{EventTime, Key, Panes, Window};

@@ -7,7 +7,7 @@ use differential_dataflow::hashable::Hashable;
 use super::cluster::Cluster;
 use super::worker::{lower, next_time, out_of_turn, Command, DataflowId, Reply};
 use crate::error::{Error, Result};
-use crate::render::join::{JoinRecord, Pair};
+use crate::state::join::{JoinRecord, Pair};
 use crate::time::{event_time, start_of, Time};
 use crate::window::{EventTime, Key, Window};
 
@@ -57,12 +57,13 @@ pub struct JoinStep {
 }
 
 /// Handle to a running windowed inner equi-join on timely worker threads: two inputs of
-/// rows by `(window, join key)`, maintained in arrangements whose timestamps are event
-/// time, and the join's output changes, per window, at every step.
+/// rows by `(window, join key)`, each worker holding its keys' rows in a hash table (a
+/// symmetric hash join: a row's pairs are made as it comes), and the join's output
+/// changes, per window, at every step. The frontier is event time.
 ///
 /// Rows enter at the current input time; [`advance_to`](Self::advance_to) moves every
 /// worker's inputs to the watermark `w`, returns the pairs the step's rows made, and
-/// evicts every window with `end <= w` (its rows are retracted from both arrangements, so
+/// evicts every window with `end <= w` (its rows are dropped from both sides, so
 /// state stays bounded by the open windows).
 ///
 /// ```
@@ -76,7 +77,7 @@ pub struct JoinStep {
 /// let step = join.advance_to(5)?;
 /// assert_eq!(step.pairs.len(), 1);
 /// assert_eq!((step.pairs[0].left, step.pairs[0].right), (100, 200));
-/// join.advance_to(10)?; // [0, 10) closes: its rows leave the arrangements
+/// join.advance_to(10)?; // [0, 10) closes: its rows are dropped
 /// assert_eq!(join.snapshot()?, vec![]);
 /// # Ok::<(), thund_dataflows::Error>(())
 /// ```
@@ -93,7 +94,7 @@ pub struct WindowedJoin {
     open: BTreeSet<Window>,
     /// Pairs observed by internal steps (snapshots), owed to the next `advance_to`.
     owed: Vec<Pair>,
-    /// Each worker's arrangement sizes after the last step.
+    /// Each worker's state sizes after the last step.
     sizes: Vec<Vec<(&'static str, usize)>>,
     /// The error that made the dataflow unusable.
     poisoned: Option<Error>,
@@ -177,7 +178,7 @@ impl WindowedJoin {
         let n = self.pending.len() as u64;
         for r in rows {
             let key = (r.window, r.key);
-            // the arrangements exchange by the key's hash: send each row to its owner
+            // each worker holds the keys of its hash: send each row to its owner
             let owner = if n == 1 {
                 0
             } else {
@@ -237,7 +238,7 @@ impl WindowedJoin {
         })
     }
 
-    /// The open windows' rows, as held in the workers' traces (rows inserted since the
+    /// The open windows' rows, as the workers hold them (rows inserted since the
     /// last step are sealed in first, by a step that does not move the watermark; the
     /// pairs it makes are reported by the next [`advance_to`](Self::advance_to)). Feed
     /// them to [`restore_on`](Self::restore_on).
@@ -286,7 +287,7 @@ impl WindowedJoin {
         }
     }
 
-    /// Total records in both arrangements' traces over all workers, as of the last step:
+    /// Rows held on both sides over all workers, as of the last step:
     /// bounded by the open windows' rows (closed windows are evicted).
     pub fn state_size(&self) -> usize {
         self.sizes.iter().flatten().map(|(_, n)| n).sum()
@@ -511,7 +512,7 @@ mod tests {
     }
 
     #[test]
-    fn closed_windows_leave_the_arrangements() {
+    fn closed_windows_leave_the_state() {
         let cluster = Cluster::start(1).expect("cluster");
         let mut join = WindowedJoin::spawn_on(&cluster).expect("spawn");
         let mut peak = 0;

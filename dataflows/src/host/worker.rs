@@ -15,9 +15,9 @@ use timely::worker::Worker;
 
 use crate::error::{Error, Result};
 use crate::render::aggregate::{render, Rendered};
-use crate::render::join::{self, JoinRecord, Pair, RenderedJoin};
 use crate::state::agg::{AggKind, Update};
 use crate::state::diff::Acc;
+use crate::state::join::{JoinRecord, JoinState, Pair};
 use crate::state::open::StepOutput;
 use crate::time::{event_time, start_of, Time};
 use crate::typedefs::{NamedTrace, WindowBatch, WindowKey};
@@ -60,13 +60,12 @@ pub(crate) enum Command {
         /// Where the chunks go.
         to: Sender<Chunk>,
     },
-    /// Render a windowed-join dataflow under `id` and reply [`Reply::Built`].
+    /// Start a windowed join's state under `id` and reply [`Reply::Built`].
     BuildJoin(DataflowId),
-    /// Add rows to a join's left and right inputs at its current input time (no reply).
+    /// Add rows to a join's left and right inputs, making their pairs (no reply).
     InsertJoin(DataflowId, [Vec<(JoinRecord, i64)>; 2]),
-    /// Advance a join's inputs to the time, run until its output frontier passes it,
-    /// compact, reply [`Reply::Joined`], then retract the rows of `evict` (windows that
-    /// closed) at that time.
+    /// Move a join to the time: reply [`Reply::Joined`] with the pairs made since the last
+    /// step, and drop the rows of `evict` (windows that closed).
     AdvanceJoin {
         /// The join.
         id: DataflowId,
@@ -75,11 +74,10 @@ pub(crate) enum Command {
         /// Windows whose rows to retract, sorted.
         evict: Vec<Window>,
     },
-    /// Close a join's inputs (end of stream), run it until it is done, reply
-    /// [`Reply::Joined`].
+    /// End a join's stream: reply [`Reply::Joined`] with its last pairs, drop its rows.
     FinishJoin(DataflowId),
     /// Reply [`Reply::JoinRows`] with the rows of a join's windows that end after
-    /// `frontier`, read from its traces.
+    /// `frontier`.
     SnapshotJoin {
         /// The join.
         id: DataflowId,
@@ -122,7 +120,7 @@ pub(crate) enum Reply {
         pairs: Vec<Pair>,
         /// The worker's output frontier after the step (`None`: the stream ended).
         frontier: Option<Time>,
-        /// `(name, records)` of the worker's arrangements.
+        /// `(name, rows)` of the worker's join state.
         sizes: Vec<(&'static str, usize)>,
     },
     /// A join's open rows, left then right, with their multiplicities.
@@ -296,7 +294,7 @@ struct Hosted {
 /// frontier that will never move, and dataflows are dropped instead of drained.
 pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
     let mut hosted: HashMap<DataflowId, Hosted> = HashMap::default();
-    let mut joins: HashMap<DataflowId, RenderedJoin> = HashMap::default();
+    let mut joins: HashMap<DataflowId, JoinState> = HashMap::default();
     let mut jobs: VecDeque<Job> = VecDeque::new();
     let aborted = || abort.load(Ordering::Relaxed);
     let me = worker.index();
@@ -409,16 +407,15 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                 }
             },
             Command::BuildJoin(id) => {
-                joins.insert(id, join::render(worker));
+                joins.insert(id, JoinState::default());
                 Reply::Built
             }
-            Command::InsertJoin(id, [left, right]) => {
-                if let Some(inputs) = joins.get_mut(&id).and_then(|j| j.inputs.as_mut()) {
-                    for (record, n) in left {
-                        inputs[0].update(record, n);
-                    }
-                    for (record, n) in right {
-                        inputs[1].update(record, n);
+            Command::InsertJoin(id, sides) => {
+                if let Some(j) = joins.get_mut(&id) {
+                    for (side, rows) in sides.into_iter().enumerate() {
+                        for (record, n) in rows {
+                            j.insert(side, record, n);
+                        }
                     }
                 }
                 continue;
@@ -426,56 +423,30 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
             Command::AdvanceJoin { id, time, evict } => match joins.get_mut(&id) {
                 None => Reply::Unknown(id),
                 Some(j) => {
-                    if let Some(inputs) = j.inputs.as_mut() {
-                        for input in inputs.iter_mut() {
-                            input.advance_to(time);
-                            input.flush();
-                        }
-                    }
-                    let probe = &j.probe;
-                    worker.step_while(|| probe.less_than(&time) && !aborted());
-                    if let Some(traces) = j.traces.as_mut() {
-                        for trace in traces.iter_mut() {
-                            join::compact(trace, time);
-                        }
-                    }
-                    let reply = join_reply(j);
-                    // Retract the closed windows' rows at `time` (at or after their ends):
-                    // they enter with the next step, and their pairs are not output.
-                    if let (Some(inputs), Some(traces)) = (j.inputs.as_mut(), j.traces.as_ref()) {
-                        for (input, trace) in inputs.iter_mut().zip(traces) {
-                            for (record, n) in join::rows_in(trace, &evict) {
-                                input.update(record, -n);
-                            }
-                        }
-                    }
-                    reply
+                    // the pairs are made as rows come: a step takes them, then drops
+                    // the windows that closed
+                    let pairs = j.take_pairs();
+                    j.evict(&evict);
+                    join_reply(j, pairs, Some(time))
                 }
             },
             Command::FinishJoin(id) => match joins.get_mut(&id) {
                 None => Reply::Unknown(id),
                 Some(j) => {
-                    drop(j.inputs.take());
-                    let probe = &j.probe;
-                    worker.step_while(|| !probe.done() && !aborted());
-                    drop(j.traces.take());
-                    join_reply(j)
+                    let pairs = j.take_pairs();
+                    j.clear();
+                    join_reply(j, pairs, None)
                 }
             },
             Command::SnapshotJoin { id, frontier } => match joins.get(&id) {
                 None => Reply::Unknown(id),
-                Some(j) => Reply::JoinRows(match j.traces.as_ref() {
-                    Some([l, r]) => [join::open_rows(l, frontier), join::open_rows(r, frontier)],
-                    None => [Vec::new(), Vec::new()],
-                }),
+                Some(j) => Reply::JoinRows(j.open_rows(frontier)),
             },
             Command::Drop(id) => {
                 if let Some(h) = hosted.remove(&id) {
                     retire(worker, h, &aborted);
                 }
-                if let Some(j) = joins.remove(&id) {
-                    retire_join(worker, j, &aborted);
-                }
+                joins.remove(&id);
                 Reply::Dropped
             }
             Command::Shutdown => break,
@@ -489,37 +460,19 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
     for (_, h) in hosted.drain() {
         retire(worker, h, &aborted);
     }
-    for (_, j) in joins.drain() {
-        retire_join(worker, j, &aborted);
-    }
 }
 
-/// [`retire`] for a join.
-fn retire_join(worker: &mut Worker, mut j: RenderedJoin, aborted: &dyn Fn() -> bool) {
-    drop(j.inputs.take());
-    drop(j.traces.take());
-    let probe = &j.probe;
-    worker.step_while(|| !probe.done() && !aborted());
-    if aborted() {
-        worker.drop_dataflow(j.index);
-    }
-}
-
-/// A join's step reply: the pairs collected since the last one, frontier and sizes.
-fn join_reply(j: &RenderedJoin) -> Reply {
+/// A join's step reply: its pairs, frontier and size.
+fn join_reply(j: &JoinState, pairs: Vec<Pair>, frontier: Option<Time>) -> Reply {
     Reply::Joined {
-        pairs: std::mem::take(&mut *j.pairs.borrow_mut()),
-        frontier: j.probe.with_frontier(|f| f.iter().min().copied()),
-        sizes: match j.traces.as_ref() {
-            Some(traces) => join::ARRANGEMENTS
-                .iter()
-                .zip(traces)
-                .map(|(name, t)| (*name, join::trace_size(t)))
-                .collect(),
-            None => Vec::new(),
-        },
+        pairs,
+        frontier,
+        sizes: vec![(JOIN_STATE, j.len())],
     }
 }
+
+/// The name of a join's state in [`Reply::Joined`]'s sizes.
+const JOIN_STATE: &str = "WindowedJoin";
 
 /// Ends one hosted dataflow: its input closes and it runs until done, so its threads'
 /// peers see the same end; if a peer died (`aborted`), it can never drain and is dropped.

@@ -2,4 +2,3 @@
 //! what the host hands it (no decisions are taken here).
 
 pub(crate) mod aggregate;
-pub(crate) mod join;
