@@ -46,6 +46,10 @@ pub struct JoinPlan {
     pub windows: (i64, i64, i64),
     /// The rest of the query over a window's join output.
     pub rest: String,
+    /// The rest of the query as an incremental aggregate over the join's
+    /// output, where it is one (then `rest` is not evaluated per window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub then: Option<Box<super::AggregatePlan>>,
 }
 
 impl std::fmt::Display for JoinPlan {
@@ -78,6 +82,13 @@ impl std::fmt::Display for JoinPlan {
             f,
             "  state: each side's rows by (window, join key), in arrangements; pairs per open window"
         )?;
+        if let Some(then) = &self.then {
+            writeln!(f, "  the join's new pairs feed, per window:")?;
+            for line in then.to_string().lines() {
+                writeln!(f, "    {line}")?;
+            }
+            return Ok(());
+        }
         writeln!(f, "  per window, over the join's output:")?;
         for line in self.rest.lines() {
             writeln!(f, "    {line}")?;
@@ -131,6 +142,10 @@ pub(crate) struct CompiledJoin {
     /// filters only): then a window's new rows are the rest over its new
     /// pairs, which Update mode emits without evaluating the window.
     pub row_wise: bool,
+    /// The rest of the query as an incremental aggregate over the table's
+    /// rows (tumbling windows: a pair's window is the one its window start
+    /// falls in), where it compiles as one.
+    pub then: Option<Box<super::CompiledAggregate>>,
 }
 
 /// Whether `rest` only projects and filters rows (no aggregate, sort,
@@ -512,6 +527,7 @@ pub(crate) fn compile(
             .map(|e| e.to_string()),
         windows: (windows.size(), windows.slide(), windows.offset()),
         rest: rest.display_indent().to_string(),
+        then: None,
     };
     Ok(Some((
         printable,
@@ -522,6 +538,7 @@ pub(crate) fn compile(
             windows,
             bound: bound.clone(),
             row_wise: row_wise(&rest),
+            then: None,
             pair_filter,
             rest,
             table,

@@ -339,7 +339,7 @@ pub(crate) fn plan_view(
     };
     if spec.sources.len() == 2 && session.is_none() {
         return match join::compile(logical, ctx, windows, bound) {
-            Ok(Some(j)) => Planned::join(j),
+            Ok(Some(j)) => joined(j, ctx, query_schema),
             Ok(None) => Planned::recompute(FallbackReason::SeveralSources),
             Err(reason) => Planned::recompute(reason),
         };
@@ -351,55 +351,29 @@ pub(crate) fn plan_view(
     let grouped = shape::distinct_as_grouping(logical);
     let logical = grouped.as_ref().unwrap_or(logical);
     let source = &spec.sources[0].name;
-    let compiled = match shape::shape(logical) {
-        Ok(s) => (|| {
-            if let Some((_, key)) = &session {
-                aggregate::session_shape(&s, key)?;
+    let compiled = match &session {
+        None => over_one_input(logical, source, windows, bound, query_schema.clone(), ctx),
+        Some((gap, key)) => shape::shape(logical).and_then(|s| {
+            aggregate::session_shape(&s, key)?;
+            let (mut plan, mut compiled) = aggregate::compile(
+                source,
+                &s,
+                windows,
+                bound.clone(),
+                query_schema.clone(),
+                ctx,
+            )?;
+            if compiled.keys.len() > compiled.group_keys {
+                return Err(FallbackReason::SessionShape {
+                    what: "aggregates kept per value (COUNT(DISTINCT …), MIN/MAX of strings) \
+                           are not incremental"
+                        .to_string(),
+                });
             }
-            let (mut plan, mut compiled) =
-                aggregate::compile(source, &s, windows, bound.clone(), query_schema, ctx)?;
-            if let Some((gap, _)) = session {
-                if compiled.keys.len() > compiled.group_keys {
-                    return Err(FallbackReason::SessionShape {
-                        what: "aggregates kept per value (COUNT(DISTINCT …), MIN/MAX of strings) \
-                               are not incremental"
-                            .to_string(),
-                    });
-                }
-                plan.session_gap = Some(gap);
-                compiled.session = Some(gap);
-            }
+            plan.session_gap = Some(*gap);
+            compiled.session = Some(*gap);
             Ok((plan, compiled))
-        })(),
-        // the source read only through one aggregate: that aggregate
-        // incremental, the rest of the query per window over its groups
-        Err(reason) => match (session.is_none(), post::split(logical)) {
-            (true, Some(split)) => shape::shape(&split.aggregate)
-                .and_then(|s| {
-                    aggregate::compile(source, &s, windows, bound.clone(), query_schema, ctx)
-                })
-                .and_then(|(mut plan, mut compiled)| {
-                    // values kept per value are merged on output: not built under a post stage
-                    if compiled.keys.len() > compiled.group_keys {
-                        return Err(reason);
-                    }
-                    plan.post = Some(split.rest.display_indent().to_string());
-                    compiled.post = Some(PostPlan {
-                        rest: split.rest,
-                        table: split.table,
-                        expand: None,
-                    });
-                    Ok((plan, compiled))
-                }),
-            // the window's top rows: its candidates incremental, the query
-            // per window over them
-            (true, None) => match rows::top_rows(logical) {
-                Ok(Some(top)) => top_rows(top, source, windows, bound, query_schema, ctx, reason),
-                Ok(None) => Err(reason),
-                Err(why) => Err(why),
-            },
-            _ => Err(reason),
-        },
+        }),
     };
     match compiled {
         Ok((plan, compiled)) => Planned {
@@ -412,9 +386,117 @@ pub(crate) fn plan_view(
             .is_none()
             .then(|| join::compile(logical, ctx, windows, bound))
         {
-            Some(Ok(Some(j))) => Planned::join(j),
+            Some(Ok(Some(j))) => joined(j, ctx, query_schema),
             _ => Planned::recompute(reason),
         },
+    }
+}
+
+/// A query over one input's rows (a source's, or a join's output) as an
+/// incremental aggregate: the aggregate itself; the input read only through
+/// one aggregate (that aggregate incremental, the rest of the query per
+/// window over its groups); or a window's top rows (its candidates
+/// incremental, the query per window over them).
+fn over_one_input(
+    logical: &LogicalPlan,
+    source: &str,
+    windows: TimeWindows,
+    bound: &DataType,
+    query_schema: SchemaRef,
+    ctx: &SessionContext,
+) -> Result<(AggregatePlan, CompiledAggregate), FallbackReason> {
+    let reason = match shape::shape(logical) {
+        Ok(s) => return aggregate::compile(source, &s, windows, bound.clone(), query_schema, ctx),
+        Err(reason) => reason,
+    };
+    if let Some(split) = post::split(logical) {
+        let s = shape::shape(&split.aggregate)?;
+        let (mut plan, mut compiled) =
+            aggregate::compile(source, &s, windows, bound.clone(), query_schema, ctx)?;
+        // values kept per value are merged on output: not built under a post stage
+        if compiled.keys.len() > compiled.group_keys {
+            return Err(reason);
+        }
+        plan.post = Some(split.rest.display_indent().to_string());
+        compiled.post = Some(PostPlan {
+            rest: split.rest,
+            table: split.table,
+            expand: None,
+        });
+        return Ok((plan, compiled));
+    }
+    match rows::top_rows(logical)? {
+        Some(top) => top_rows(top, source, windows, bound, query_schema, ctx, reason),
+        None => Err(reason),
+    }
+}
+
+/// The name a join's output goes by in the plan of the aggregate it feeds.
+const JOIN_OUTPUT: &str = "the join's output";
+
+/// A compiled join, and, over tumbling windows, the rest of its query as
+/// an incremental aggregate over the join's output where it compiles as one
+/// (see [`over_one_input`]) and gives no rows for a window without pairs (a
+/// window any source's on-time row opened may have none): then a window's
+/// new pairs are folded into its groups instead of the rest being evaluated
+/// over all its pairs.
+fn joined(
+    (mut plan, mut join): (JoinPlan, CompiledJoin),
+    ctx: &SessionContext,
+    query_schema: SchemaRef,
+) -> Planned {
+    if join.windows.size() == join.windows.slide() {
+        let grouped = shape::distinct_as_grouping(&join.rest);
+        let rest = grouped.as_ref().unwrap_or(&join.rest);
+        let then = over_one_input(
+            rest,
+            JOIN_OUTPUT,
+            join.windows,
+            &join.bound,
+            query_schema,
+            ctx,
+        );
+        if let Ok((p, c)) = then {
+            let empty = c.group_keys > 0
+                && c.session.is_none()
+                && c.post
+                    .as_ref()
+                    .is_none_or(|post| empty_on_empty(&post.rest));
+            if empty {
+                plan.then = Some(Box::new(p));
+                join.then = Some(Box::new(c));
+            }
+        }
+    }
+    Planned::join((plan, join))
+}
+
+/// Whether `plan` gives no rows when its scans read no rows (a global
+/// aggregate gives one; a subquery inside an expression adds no rows).
+fn empty_on_empty(plan: &LogicalPlan) -> bool {
+    use datafusion::logical_expr::JoinType;
+    match plan {
+        LogicalPlan::TableScan(_) => true,
+        LogicalPlan::EmptyRelation(e) => !e.produce_one_row,
+        LogicalPlan::Aggregate(a) => !a.group_expr.is_empty() && empty_on_empty(&a.input),
+        LogicalPlan::Join(j) => match j.join_type {
+            JoinType::Inner => empty_on_empty(&j.left) || empty_on_empty(&j.right),
+            JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => {
+                empty_on_empty(&j.left)
+            }
+            JoinType::Right | JoinType::RightSemi | JoinType::RightAnti => empty_on_empty(&j.right),
+            _ => empty_on_empty(&j.left) && empty_on_empty(&j.right),
+        },
+        LogicalPlan::Union(u) => u.inputs.iter().all(|i| empty_on_empty(i)),
+        LogicalPlan::Projection(_)
+        | LogicalPlan::Filter(_)
+        | LogicalPlan::Sort(_)
+        | LogicalPlan::Limit(_)
+        | LogicalPlan::SubqueryAlias(_)
+        | LogicalPlan::Window(_)
+        | LogicalPlan::Distinct(_)
+        | LogicalPlan::Subquery(_) => plan.inputs().iter().all(|i| empty_on_empty(i)),
+        _ => false,
     }
 }
 

@@ -39,6 +39,7 @@ pub(super) fn reads_scan(p: &LogicalPlan) -> bool {
     match p {
         LogicalPlan::Filter(f) => reads_scan(&f.input),
         LogicalPlan::SubqueryAlias(a) => reads_scan(&a.input),
+        LogicalPlan::Projection(pr) => super::shape::renames(pr) && reads_scan(&pr.input),
         LogicalPlan::TableScan(t) => t.filters.is_empty() && t.fetch.is_none(),
         _ => false,
     }

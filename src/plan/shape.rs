@@ -49,6 +49,23 @@ pub(crate) fn has_subquery(e: &Expr) -> bool {
     .unwrap_or(true)
 }
 
+/// Whether `pr` only renames its input's columns, all of them, in order: its
+/// output's column `i` is its input's column `i` (as a join's output is read
+/// back under its qualified names), so an expression over its output reads
+/// the input's batch as it is.
+pub(crate) fn renames(pr: &Projection) -> bool {
+    let input = pr.input.schema().columns();
+    pr.expr.len() == input.len()
+        && pr
+            .expr
+            .iter()
+            .zip(&input)
+            .all(|(e, c)| match e.clone().unalias() {
+                Expr::Column(col) => col == *c,
+                _ => false,
+            })
+}
+
 /// What a plan node is, for a reason.
 fn construct(p: &LogicalPlan) -> Construct {
     match p {
@@ -148,6 +165,7 @@ pub(crate) fn shape(plan: &LogicalPlan) -> Result<Shape<'_>, FallbackReason> {
                 q = f.input.as_ref();
             }
             LogicalPlan::SubqueryAlias(a) => q = a.input.as_ref(),
+            LogicalPlan::Projection(pr) if renames(pr) => q = pr.input.as_ref(),
             LogicalPlan::TableScan(t) if t.filters.is_empty() && t.fetch.is_none() => break,
             other => return Err(FallbackReason::AggregateReads(construct(other))),
         }

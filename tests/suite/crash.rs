@@ -364,25 +364,50 @@ fn killed_sql_pipeline_runs_resume_exactly() {
 /// incremental path in Update mode: each source resumes from its own offset.
 #[test]
 fn killed_join_runs_resume_exactly() {
+    killed_join_runs(
+        "HOP(bids, ts, INTERVAL '3' SECOND, INTERVAL '6' SECOND)",
+        "HOP(asks, ts, INTERVAL '3' SECOND, INTERVAL '6' SECOND)",
+        false,
+    );
+}
+
+/// The same join over tumbling windows, where the aggregate folds the
+/// join's new pairs: after each kill its state is rebuilt from the restored
+/// rows' pairs.
+#[test]
+fn killed_join_aggregate_runs_resume_exactly() {
+    killed_join_runs(
+        "TUMBLE(bids, ts, INTERVAL '4' SECOND)",
+        "TUMBLE(asks, ts, INTERVAL '4' SECOND)",
+        true,
+    );
+}
+
+/// Kills and resumes `thund run` over bids joined with asks in the windows
+/// of `bids_window` and `asks_window`; `feeds`: whether `explain` shows the
+/// aggregate fed by the join's new pairs.
+fn killed_join_runs(bids_window: &str, asks_window: &str, feeds: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     let bids = write_source(dir.path(), "bids", 6000, 99);
     let asks = write_source(dir.path(), "asks", 1500, 7);
     let sql = dir.path().join("p.sql");
     std::fs::write(
         &sql,
-        "CREATE SOURCE bids (auction BIGINT, price BIGINT, ts BIGINT,\n\
-           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);\n\
-         CREATE SOURCE asks (auction BIGINT, price BIGINT, ts BIGINT,\n\
-           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);\n\
-         CREATE VIEW v WITH (output = 'update') AS\n\
-           SELECT b.auction, b.window_start, b.window_end, COUNT(*) AS pairs,\n\
-             MAX(b.price - a.price) AS spread\n\
-           FROM HOP(bids, ts, INTERVAL '3' SECOND, INTERVAL '6' SECOND) AS b\n\
-           JOIN HOP(asks, ts, INTERVAL '3' SECOND, INTERVAL '6' SECOND) AS a\n\
-           ON b.auction = a.auction AND b.window_start = a.window_start\n\
-             AND b.window_end = a.window_end\n\
-           WHERE b.price >= a.price\n\
-           GROUP BY b.auction, b.window_start, b.window_end;\n",
+        format!(
+            "CREATE SOURCE bids (auction BIGINT, price BIGINT, ts BIGINT,\n\
+               WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);\n\
+             CREATE SOURCE asks (auction BIGINT, price BIGINT, ts BIGINT,\n\
+               WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);\n\
+             CREATE VIEW v WITH (output = 'update') AS\n\
+               SELECT b.auction, b.window_start, b.window_end, COUNT(*) AS pairs,\n\
+                 MAX(b.price - a.price) AS spread\n\
+               FROM {bids_window} AS b\n\
+               JOIN {asks_window} AS a\n\
+               ON b.auction = a.auction AND b.window_start = a.window_start\n\
+                 AND b.window_end = a.window_end\n\
+               WHERE b.price >= a.price\n\
+               GROUP BY b.auction, b.window_start, b.window_end;\n"
+        ),
     )
     .expect("pipeline");
     let explain = Command::new(env!("CARGO_BIN_EXE_thund"))
@@ -395,6 +420,7 @@ fn killed_join_runs_resume_exactly() {
         text.contains("Incremental join of `bids` and `asks`"),
         "{text}"
     );
+    assert_eq!(text.contains("the join's new pairs feed"), feeds, "{text}");
     killed_runs_over_inputs_equal_a_clean_one(
         dir.path(),
         &[("bids", &bids), ("asks", &asks)],

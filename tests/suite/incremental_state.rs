@@ -378,15 +378,25 @@ fn session_state_is_bounded_by_open_panes_times_keys() {
 /// A windowed join keeps each side's rows of the open windows (and the
 /// pairs they made): 2 M rows through 1 s windows, two sources, state bounded
 /// by the open windows' rows; without eviction it would hold every row.
-/// Update mode runs with the window written in the SQL.
+/// Update mode runs with the window written in the SQL, and with an
+/// aggregate over the join (which folds its new pairs: it holds the open
+/// windows' groups).
 #[test]
 fn join_state_is_bounded_by_the_open_windows_rows() {
     const BATCHES: usize = 100; // x 2 sources x 10 000 rows = 2 M rows
     const ROWS: usize = 10_000;
-    for mode in [OutputMode::Append, OutputMode::Update] {
+    let runs = [
+        (OutputMode::Append, false, false),
+        (OutputMode::Update, true, false),
+        (OutputMode::Update, false, true),
+    ];
+    for (mode, in_sql, aggregate) in runs {
         let mut e = Engine::builder().build().expect("engine");
-        let in_sql = mode == OutputMode::Update;
         let sql = match in_sql {
+            false if aggregate => {
+                "SELECT a.k, COUNT(*) AS n, MAX(b.v) AS top FROM a JOIN b ON a.k = b.k \
+                 WHERE a.v < b.v GROUP BY a.k"
+            }
             false => "SELECT a.k, a.v, b.v AS bv FROM a JOIN b ON a.k = b.k WHERE a.v < b.v",
             true => {
                 "SELECT a.window_start, a.window_end, a.k, a.v, b.v AS bv \

@@ -50,6 +50,18 @@ const QUERIES: &[(&str, &str)] = &[
          JOIN (SELECT window_start, window_end, k, g, v FROM {b} WHERE g <> 'a') y \
          ON x.v2 = y.v * 2 AND x.k = y.k AND {on:x:y}",
     ),
+    // an aggregate over the pairs' aggregate (Nexmark q4's shape)
+    (
+        "SELECT q.g, AVG(q.m) AS am, COUNT(*) AS n FROM \
+         (SELECT a.k, b.g, MAX(b.v) AS m FROM a JOIN b ON a.k = b.k WHERE a.v <= b.v \
+          GROUP BY a.k, b.g) AS q \
+         GROUP BY q.g",
+        "SELECT q.window_start, q.window_end, q.g, AVG(q.m) AS am, COUNT(*) AS n FROM \
+         (SELECT a.window_start, a.window_end, a.k, b.g, MAX(b.v) AS m \
+          FROM {a} AS a JOIN {b} AS b ON a.k = b.k AND {on:a:b} WHERE a.v <= b.v \
+          GROUP BY a.window_start, a.window_end, a.k, b.g) AS q \
+         GROUP BY q.window_start, q.window_end, q.g",
+    ),
     (
         "SELECT DISTINCT a.k, b.g FROM a JOIN b ON a.k = b.k AND a.ts < b.ts",
         "SELECT DISTINCT a.window_start, a.window_end, a.k, b.g \
@@ -194,7 +206,7 @@ fn run(c: &Case, exec: ExecMode, window_in_sql: bool) -> Result<Run, TestCaseErr
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(32), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(48), ..ProptestConfig::default() })]
 
     #[test]
     fn incremental_join_equals_recompute_equals_oracle(c in case()) {

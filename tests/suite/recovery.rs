@@ -271,19 +271,25 @@ fn a_finished_complete_view_resumes_with_every_closed_window() {
 }
 
 /// Windowed joins of two sources, checkpointed at every `every` triggers,
-/// crashed and resumed at another worker count.
+/// crashed and resumed at another worker count (over tumbling windows, the
+/// aggregates fold the join's new pairs: their state is rebuilt from the
+/// restored rows' pairs).
 const JOINS: &[&str] = &[
     "SELECT a.k, a.v, b.g, b.ts FROM a JOIN b ON a.k = b.k",
     "SELECT a.g, COUNT(*) AS n, SUM(b.v) AS s FROM a JOIN b ON a.k = b.k WHERE a.v >= b.v GROUP BY a.g",
+    "SELECT q.g, MAX(q.n) AS top FROM \
+     (SELECT a.k, b.g, COUNT(*) AS n FROM a JOIN b ON a.k = b.k GROUP BY a.k, b.g) AS q GROUP BY q.g",
 ];
 
-/// The join view, with its window in the spec or (`in_sql`) in the SQL.
-fn join_spec(sql: &str, mode: OutputMode, in_sql: bool) -> ViewSpec {
+/// The join view, with its window in the spec or (`in_sql`) in the SQL:
+/// 2 s hopping by 1 s, or 1 s tumbling.
+fn join_spec(sql: &str, mode: OutputMode, in_sql: bool, tumbling: bool) -> ViewSpec {
+    let size = if tumbling { 1000 } else { 2000 };
     let spec = ViewSpec::builder("v", sql)
         .source("a", "ts", common::schema())
         .source("b", "ts", common::schema())
         .window(WindowSpec::hopping(
-            Duration::from_millis(2000),
+            Duration::from_millis(size),
             Duration::from_millis(1000),
         ))
         .allowed_lateness(Duration::from_millis(300))
@@ -310,6 +316,7 @@ proptest! {
         workers in (1usize..=2, 1usize..=2),
         // the window in the spec or in the SQL, before and after the crash
         in_sql in (any::<bool>(), any::<bool>()),
+        tumbling in any::<bool>(),
     ) {
         let mut t = 100_000i64;
         let evs: Vec<(usize, Ev)> = rows
@@ -328,7 +335,7 @@ proptest! {
             }
         };
         let mut e = Engine::builder().build().expect("engine");
-        e.create_view(join_spec(sql, mode, false)).expect("view");
+        e.create_view(join_spec(sql, mode, false, tumbling)).expect("view");
         prop_assert_eq!(e.plan("v").expect("plan").path(), PathKind::Incremental);
         let mut outs = Vec::new();
         for (i, trig) in triggers.iter().enumerate() {
@@ -343,7 +350,7 @@ proptest! {
         let mut since_checkpoint: Vec<Vec<RecordBatch>> = Vec::new();
         {
             let mut a = Engine::builder().workers(workers.0).with_state_root(&root).build().expect("engine");
-            a.create_view(join_spec(sql, mode, in_sql.0)).expect("view");
+            a.create_view(join_spec(sql, mode, in_sql.0, tumbling)).expect("view");
             for (i, trig) in triggers.iter().enumerate().take(crash) {
                 push(&mut a, trig, i as u64 + 1);
                 since_checkpoint.push(a.trigger().expect("trigger").views[0].output.clone());
@@ -355,7 +362,7 @@ proptest! {
             }
         }
         let mut b = Engine::builder().workers(workers.1).with_state_root(&root).build().expect("engine");
-        b.create_view(join_spec(sql, mode, in_sql.1)).expect("resume");
+        b.create_view(join_spec(sql, mode, in_sql.1, tumbling)).expect("resume");
         let from = b.source_offset("a").unwrap_or(0) as usize;
         prop_assert_eq!(from, crash / every * every, "resume offset");
         for (i, trig) in triggers.iter().enumerate().skip(from) {

@@ -3,7 +3,11 @@
 //! with `arrow::row`, and handed to a `thund_dataflows::WindowedJoin` as ids
 //! by (window, join key); the pairs it returns are kept per open window, and
 //! the rest of the query runs per window on DataFusion over that window's
-//! pairs, decoded back to rows.
+//! pairs, decoded back to rows. Where the rest is an aggregate over the
+//! join's output (tumbling windows; see `plan::joined`), the new pairs of a
+//! step are decoded and folded into it instead: an [`IncrementalView`] over
+//! the join's output, each pair at its window's start, which emits per the
+//! output mode; no pairs are kept.
 //!
 //! A window exists once any source gave it an on-time row (even one a side's
 //! filter refuses), as on the recompute path, so a global aggregate over the
@@ -27,7 +31,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use rustc_hash::FxHashMap;
 use thund_dataflows::{Cluster, JoinRow, Pair, Side, WindowedJoin};
 
-use super::keys::{KeyBytes, KeyDictionary};
+use super::keys::{KeyBytes, RowArena, WindowKeyIds};
+use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::changes::changed_rows;
 use crate::paths::closed::ClosedResults;
@@ -66,10 +71,10 @@ pub(crate) struct JoinView {
     key_conv: RowConverter,
     /// Encodes each side's rows.
     row_conv: [RowConverter; 2],
-    /// Join keys' ids (the dataflow carries them).
-    keys: KeyDictionary,
-    /// Each side's rows' ids.
-    rows: [KeyDictionary; 2],
+    /// Join keys' ids per window (the dataflow carries them).
+    keys: WindowKeyIds,
+    /// Each side's rows, by id.
+    rows: [RowArena; 2],
     cluster: Cluster,
     join: WindowedJoin,
     /// The join's output per open window: `(left id, right id) -> count`.
@@ -81,6 +86,9 @@ pub(crate) struct JoinView {
     /// Update mode: each open window's result at its last evaluation.
     shown: BTreeMap<Window, RecordBatch>,
     closed_results: ClosedResults,
+    /// The rest of the query as an incremental aggregate over the join's
+    /// output, where it is one: it keeps the groups and emits.
+    then: Option<Box<IncrementalView>>,
 }
 
 /// The dataflow input of side `s`.
@@ -162,7 +170,20 @@ impl JoinView {
             converter(&kept_types(&plan.sides[1]))?,
         ];
         let join = WindowedJoin::spawn_on(&cluster).map_err(|e| Error::dataflow(view, e))?;
+        let mut plan = plan;
+        let then = match plan.then.take() {
+            Some(agg) => Some(Box::new(IncrementalView::new(
+                view,
+                *agg,
+                mode,
+                cluster.clone(),
+                false,
+                eval.clone(),
+            )?)),
+            None => None,
+        };
         Ok(JoinView {
+            then,
             view: view.to_string(),
             table: plan.table.clone(),
             plan,
@@ -173,8 +194,8 @@ impl JoinView {
             feeds,
             key_conv,
             row_conv,
-            keys: KeyDictionary::default(),
-            rows: [KeyDictionary::default(), KeyDictionary::default()],
+            keys: WindowKeyIds::default(),
+            rows: [RowArena::default(), RowArena::default()],
             cluster,
             join,
             pairs: BTreeMap::new(),
@@ -252,15 +273,22 @@ impl JoinView {
                 continue;
             }
             let (k, r) = (key_rows.row(i), row_rows.row(i));
-            for window in self.plan.windows.windows_of(times.value(i)) {
+            // the row once, until the last of its windows closes
+            let t = times.value(i);
+            let Some(expiry) = self.plan.windows.windows_of(t).last().map(|l| l.end) else {
+                continue;
+            };
+            let mut row = None;
+            for window in self.plan.windows.windows_of(t) {
                 if w_prev.is_some() && window.end <= floor {
                     continue;
                 }
+                let id = *row.get_or_insert_with(|| self.rows[s].push(r.as_ref(), expiry));
                 out.push(JoinRow {
                     side: side_of,
                     window,
-                    key: self.keys.intern(k.as_ref(), window.end),
-                    row: self.rows[s].intern(r.as_ref(), window.end),
+                    key: self.keys.intern(window, k.as_ref()),
+                    row: id,
                     count: 1,
                 });
             }
@@ -377,6 +405,69 @@ impl JoinView {
             .filter(|(i, _)| mask.is_valid(*i) && mask.value(*i))
             .map(|(_, p)| p)
             .collect())
+    }
+
+    /// The pairs kept of `pairs` (see [`Self::kept_pairs`]) as rows of the
+    /// join's output table (each as many times as it counts), at their
+    /// window's start: the input of the aggregate the join feeds.
+    fn pair_rows(&self, pairs: &[Pair]) -> Result<Vec<OnTime>> {
+        if pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let copies = |p: &Pair| std::iter::repeat_n(*p, p.count.max(0) as usize);
+        let batch = self.decode(pairs.iter().flat_map(copies).map(|p| (p.left, p.right)))?;
+        let times =
+            Int64Array::from_iter_values(pairs.iter().flat_map(copies).map(|p| p.window.start));
+        let (batch, times) = match &self.plan.pair_filter {
+            None => (batch, times),
+            Some(cond) => {
+                let mask = cond
+                    .evaluate(&batch)
+                    .and_then(|v| v.into_array(batch.num_rows()))
+                    .map_err(|e| Error::eval(&self.view, e))?;
+                let mask = mask.as_boolean_opt().ok_or_else(|| {
+                    Error::internal(&self.view, "a join condition is not a boolean")
+                })?;
+                let mask = match mask.null_count() {
+                    0 => mask.clone(),
+                    _ => prep_null_mask_filter(mask),
+                };
+                let times = filter(&times, &mask)?.as_primitive().clone();
+                (filter_record_batch(&batch, &mask)?, times)
+            }
+        };
+        Ok(vec![OnTime {
+            source: 0,
+            batch,
+            times,
+        }])
+    }
+
+    /// One step of a join that feeds an aggregate: the step's new pairs
+    /// folded into it, and what it emits.
+    fn step_then(
+        &mut self,
+        pairs: Vec<Pair>,
+        w_prev: Option<EventTime>,
+        w: Option<EventTime>,
+    ) -> Result<StepOutput> {
+        let rows = self.pair_rows(&pairs)?;
+        let then = self
+            .then
+            .as_mut()
+            .ok_or_else(|| Error::internal(&self.view, "a join without its aggregate"))?;
+        let mut out = then.step(rows, w_prev, w)?;
+        if let Some(w) = w {
+            let before = self.windows.len();
+            self.windows.retain(|x| x.end > w);
+            out.windows_closed = (before - self.windows.len()) as u64;
+            self.keys.reclaim(w);
+            for d in &mut self.rows {
+                d.reclaim(w);
+            }
+        }
+        self.dirty.clear();
+        Ok(out)
     }
 
     /// Pairs (left id, right id) as rows of the join's output table.
@@ -506,6 +597,9 @@ impl ViewRuntime for JoinView {
             .join
             .advance_to(target)
             .map_err(|e| Error::dataflow(&self.view, e))?;
+        if self.then.is_some() {
+            return self.step_then(step.pairs, w_prev, w);
+        }
         // Update mode over a rest that maps each pair on its own: a window's
         // new rows are the rest over its new pairs (rows only enter open windows)
         let pairs = self.kept_pairs(step.pairs)?;
@@ -613,7 +707,10 @@ impl ViewRuntime for JoinView {
             vec![windows],
             EventTime::MAX,
         ));
-        files.extend(self.closed_results.export(true));
+        match &mut self.then {
+            Some(then) => files.extend(then.closed_results.export(true)),
+            None => files.extend(self.closed_results.export(true)),
+        }
         Ok(Export {
             files,
             full: true,
@@ -630,8 +727,8 @@ impl ViewRuntime for JoinView {
                 .cloned()
                 .ok_or_else(|| bad(what, "expected Int64"))
         };
-        self.keys = KeyDictionary::default();
-        self.rows = [KeyDictionary::default(), KeyDictionary::default()];
+        self.keys = WindowKeyIds::default();
+        self.rows = [RowArena::default(), RowArena::default()];
         self.windows.clear();
         for b in loaded.batches(WINDOWS_FILE) {
             let (s, e) = (int(b, 0, WINDOWS_FILE)?, int(b, 1, WINDOWS_FILE)?);
@@ -668,8 +765,8 @@ impl ViewRuntime for JoinView {
                     made.push(JoinRow {
                         side: side_of(s),
                         window,
-                        key: self.keys.intern(key_rows.row(i).as_ref(), window.end),
-                        row: self.rows[s].intern(row_rows.row(i).as_ref(), window.end),
+                        key: self.keys.intern(window, key_rows.row(i).as_ref()),
+                        row: self.rows[s].push(row_rows.row(i).as_ref(), window.end),
                         count: counts.value(i),
                     });
                 }
@@ -680,12 +777,25 @@ impl ViewRuntime for JoinView {
             .map_err(|e| Error::dataflow(&self.view, e))?;
         self.join = join;
         self.pairs.clear();
-        let pairs = self.kept_pairs(pairs)?;
-        self.add_pairs(pairs);
-        self.closed_results =
-            ClosedResults::restored(loaded.batches(operator::COMPLETE_CLOSED).cloned().collect());
         self.dirty.clear();
         self.shown.clear();
+        let closed =
+            ClosedResults::restored(loaded.batches(operator::COMPLETE_CLOSED).cloned().collect());
+        if self.then.is_some() {
+            // the aggregate over the open windows' pairs, as it stood: what
+            // it would emit for them now was emitted before the checkpoint
+            let rows = self.pair_rows(&pairs)?;
+            let then = self
+                .then
+                .as_mut()
+                .ok_or_else(|| Error::internal(&self.view, "a join without its aggregate"))?;
+            then.step(rows, w, w)?;
+            then.closed_results = closed;
+            return Ok(());
+        }
+        let pairs = self.kept_pairs(pairs)?;
+        self.add_pairs(pairs);
+        self.closed_results = closed;
         if self.mode == OutputMode::Update && !self.plan.row_wise {
             // what each open window showed is its result over the restored rows
             let open: Vec<Window> = self.windows.iter().copied().collect();
@@ -703,7 +813,13 @@ impl ViewRuntime for JoinView {
             buffered_rows: 0,
             // the dataflow's arrangements, and the pairs the host keeps per open window
             state_records: Some(
-                self.join.state_size() + self.pairs.values().map(|p| p.len()).sum::<usize>(),
+                self.join.state_size()
+                    + self.pairs.values().map(|p| p.len()).sum::<usize>()
+                    + self
+                        .then
+                        .as_ref()
+                        .and_then(|t| t.stats().state_records)
+                        .unwrap_or(0),
             ),
             frontier: (f != EventTime::MIN).then_some(f),
         }

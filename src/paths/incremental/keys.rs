@@ -7,7 +7,7 @@
 //! themselves and a restore interns them again.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -257,6 +257,180 @@ impl KeyDictionary {
     }
 }
 
+/// Rows by id, for the rows a join holds: each row is stored once, in the
+/// segment of the rows that expire when it does (the end of the last window
+/// it is in), and its id is the segment's number and its place there. Unlike
+/// [`KeyDictionary`] it does not look rows up (equal rows get their own ids,
+/// which only splits a multiplicity), so storing one is an append and
+/// reclaiming a closed window's rows drops their segment.
+#[derive(Debug, Default)]
+pub(super) struct RowArena {
+    /// The segment that takes the rows expiring at each end.
+    open: BTreeMap<EventTime, u32>,
+    segments: FxHashMap<u32, Segment>,
+    next: u32,
+}
+
+/// The rows of one [`RowArena`] segment: their bytes, end to end, and where
+/// each ends.
+#[derive(Debug, Default)]
+struct Segment {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl RowArena {
+    /// Stores `row`, which can be read until `reclaim` passes `expiry`; its id.
+    pub(super) fn push(&mut self, row: &[u8], expiry: EventTime) -> u64 {
+        let mut no = match self.open.get(&expiry) {
+            Some(&no) => no,
+            None => self.start(expiry),
+        };
+        if self
+            .segments
+            .get(&no)
+            .is_some_and(|s| s.ends.len() > u32::MAX as usize)
+        {
+            no = self.start(expiry);
+        }
+        let seg = self.segments.entry(no).or_default();
+        seg.bytes.extend_from_slice(row);
+        seg.ends.push(seg.bytes.len());
+        (u64::from(no) << 32) | (seg.ends.len() - 1) as u64
+    }
+
+    /// A new segment for the rows expiring at `expiry` (a number no segment
+    /// held now has).
+    fn start(&mut self, expiry: EventTime) -> u32 {
+        while self.segments.contains_key(&self.next) {
+            self.next = self.next.wrapping_add(1);
+        }
+        let no = self.next;
+        self.next = self.next.wrapping_add(1);
+        self.segments.insert(no, Segment::default());
+        self.open.insert(expiry, no);
+        no
+    }
+
+    /// Drops the rows that expire at or before `w`.
+    pub(super) fn reclaim(&mut self, w: EventTime) {
+        let keep = match w.checked_add(1) {
+            Some(after) => self.open.split_off(&after),
+            None => BTreeMap::new(),
+        };
+        for (_, no) in std::mem::replace(&mut self.open, keep) {
+            self.segments.remove(&no);
+        }
+    }
+
+    /// Rows held.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.segments.values().map(|s| s.ends.len()).sum()
+    }
+}
+
+impl KeyBytes for RowArena {
+    fn bytes(&self, id: u64) -> &[u8] {
+        let (no, i) = ((id >> 32) as u32, (id & u64::from(u32::MAX)) as usize);
+        let Some(seg) = self.segments.get(&no) else {
+            return &[];
+        };
+        let start = match i {
+            0 => 0,
+            _ => seg.ends.get(i - 1).copied().unwrap_or(0),
+        };
+        let end = seg.ends.get(i).copied().unwrap_or(start);
+        seg.bytes.get(start..end).unwrap_or(&[])
+    }
+}
+
+/// A join's key ids, per window: rows meet only within their window, so an
+/// id need only name a key within one, and a closed window's ids go with
+/// it. Keys of at most 15 bytes are looked up [`packed`]; longer ones by
+/// their hash, their bytes kept in the window's arena (no allocation per
+/// key).
+#[derive(Debug, Default)]
+pub(super) struct WindowKeyIds {
+    windows: BTreeMap<crate::window::Window, KeyIds>,
+}
+
+/// One window's key ids.
+#[derive(Debug, Default)]
+struct KeyIds {
+    short: FxHashMap<u128, u64>,
+    /// By hash: the first key with it, and any others.
+    long: FxHashMap<u64, (LongKey, Vec<LongKey>)>,
+    arena: Vec<u8>,
+    next: u64,
+}
+
+/// A long key: its id, and where its bytes are in the arena.
+#[derive(Clone, Copy, Debug)]
+struct LongKey {
+    id: u64,
+    start: usize,
+    len: usize,
+}
+
+impl KeyIds {
+    fn intern(&mut self, key: &[u8]) -> u64 {
+        if let Some(p) = packed(key) {
+            let next = &mut self.next;
+            return *self.short.entry(p).or_insert_with(|| {
+                *next += 1;
+                *next - 1
+            });
+        }
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = rustc_hash::FxBuildHasher.build_hasher();
+        h.write(key);
+        let hash = h.finish();
+        let arena = &self.arena;
+        let same = |k: &LongKey| arena.get(k.start..k.start + k.len) == Some(key);
+        if let Some((first, more)) = self.long.get(&hash) {
+            if same(first) {
+                return first.id;
+            }
+            if let Some(k) = more.iter().find(|k| same(k)) {
+                return k.id;
+            }
+        }
+        let k = LongKey {
+            id: self.next,
+            start: self.arena.len(),
+            len: key.len(),
+        };
+        self.next += 1;
+        self.arena.extend_from_slice(key);
+        match self.long.entry(hash) {
+            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().1.push(k),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert((k, Vec::new()));
+            }
+        }
+        k.id
+    }
+}
+
+impl WindowKeyIds {
+    /// The id of `key` in `window`.
+    pub(super) fn intern(&mut self, window: crate::window::Window, key: &[u8]) -> u64 {
+        self.windows.entry(window).or_default().intern(key)
+    }
+
+    /// Forgets the windows ending at or before `w` (they closed).
+    pub(super) fn reclaim(&mut self, w: EventTime) {
+        self.windows.retain(|window, _| window.end > w);
+    }
+
+    /// Keys held, over all windows.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.windows.values().map(|k| k.next as usize).sum()
+    }
+}
+
 /// Decodes key ids to the bytes the [`KeyDictionary`] holds for them.
 pub(super) trait KeyBytes {
     /// The bytes of `id` (empty for an unknown id, which no caller holds).
@@ -365,6 +539,71 @@ impl KeyBytes for ShardedSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Equal keys get equal ids within a window and different keys different
+    /// ones (short and long keys, keys that share a hash bucket's bytes up to
+    /// their length); a closed window's ids are forgotten.
+    #[test]
+    fn window_key_ids_name_keys_within_a_window() {
+        use crate::window::Window;
+        let mut ids = WindowKeyIds::default();
+        let keys: Vec<Vec<u8>> = (0..300u32)
+            .map(|i| {
+                let n = (i % 40) as usize;
+                (0..n).map(|j| (i as usize * 7 + j) as u8).collect()
+            })
+            .collect();
+        for w in 0..3i64 {
+            let win = Window::new(w * 10, w * 10 + 10);
+            let got: Vec<u64> = keys.iter().map(|k| ids.intern(win, k)).collect();
+            let again: Vec<u64> = keys.iter().rev().map(|k| ids.intern(win, k)).collect();
+            assert!(got.iter().eq(again.iter().rev()));
+            for (i, a) in keys.iter().enumerate() {
+                for (j, b) in keys.iter().enumerate() {
+                    assert_eq!(got[i] == got[j], a == b, "{a:?} {b:?}");
+                }
+            }
+        }
+        let distinct: std::collections::BTreeSet<&Vec<u8>> = keys.iter().collect();
+        assert_eq!(ids.len(), 3 * distinct.len());
+        ids.reclaim(10);
+        assert_eq!(ids.len(), 2 * distinct.len());
+        ids.reclaim(EventTime::MAX);
+        assert_eq!(ids.len(), 0);
+    }
+
+    /// Rows of random lengths (empty ones too) at random expiries read back
+    /// as stored until their expiry passes, and not after; nothing is left
+    /// once every expiry passed.
+    #[test]
+    fn row_arena_reads_rows_back_until_they_expire() {
+        let mut seed = 11u64;
+        let mut next = move |m: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % m
+        };
+        let mut arena = RowArena::default();
+        let mut held: Vec<(u64, Vec<u8>, EventTime)> = Vec::new();
+        for step in 0..50i64 {
+            for _ in 0..40 {
+                let row: Vec<u8> = (0..next(40)).map(|_| next(256) as u8).collect();
+                let expiry = step * 10 + next(50) as i64;
+                held.push((arena.push(&row, expiry), row, expiry));
+            }
+            let w = step * 10;
+            arena.reclaim(w);
+            held.retain(|(_, _, e)| *e > w);
+            for (id, row, _) in &held {
+                assert_eq!(arena.bytes(*id), row.as_slice());
+            }
+            assert_eq!(arena.len(), held.len());
+        }
+        arena.reclaim(EventTime::MAX);
+        assert_eq!(arena.len(), 0);
+        assert!(arena.segments.is_empty() && arena.open.is_empty());
+    }
 
     #[test]
     fn packed_is_the_key_zero_padded_with_its_length_on_top() {

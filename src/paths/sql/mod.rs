@@ -24,6 +24,7 @@ use crate::time::EventTime;
 use crate::window::Window;
 
 /// The view's SQL planned once over in-memory tables whose contents are swapped per evaluation.
+#[derive(Clone)]
 pub(crate) struct SqlEvaluator {
     view: String,
     ctx: SessionContext,
