@@ -51,8 +51,10 @@ pub struct JoinStep {
     /// The output frontier after the step.
     pub frontier: EventTime,
     /// The join's output changes in windows still open before the step, since the previous
-    /// step: for each window, the pairs of rows that met, with their multiplicities, sorted
-    /// and consolidated (no zero counts). Rows only enter, so every count is positive.
+    /// step: for each window, the pairs of rows that met, with their multiplicities, in no
+    /// particular order. Each meeting of two inserted rows gives its pair once (a row id
+    /// inserted twice meets again, so its pairs may repeat: sum their counts). Rows only
+    /// enter, so every count is positive.
     pub pairs: Vec<Pair>,
 }
 
@@ -141,7 +143,8 @@ impl WindowedJoin {
 
     /// Starts a join whose input (and frontier) is at `at`, holding `rows` (what
     /// [`snapshot`](Self::snapshot) returned, from any number of workers), and returns it
-    /// with the pairs those rows make: the join's current output of every open window.
+    /// with the pairs those rows make, sorted and consolidated: the join's current output of
+    /// every open window.
     /// A row whose window ended at or before `at` is [`Error::Late`].
     pub fn restore_on(
         cluster: &Cluster,
@@ -154,7 +157,7 @@ impl WindowedJoin {
         }
         join.insert(rows)?;
         let step = join.step(Some(join.next_time()?), Vec::new())?;
-        Ok((join, step))
+        Ok((join, consolidate(step)))
     }
 
     /// Inserts rows at the current input time. A row whose `window.end <= frontier()` is
@@ -228,10 +231,7 @@ impl WindowedJoin {
         if target.is_none() {
             self.open.clear();
         }
-        if !self.owed.is_empty() {
-            pairs.append(&mut self.owed);
-            pairs = consolidate(pairs);
-        }
+        pairs.append(&mut self.owed);
         Ok(JoinStep {
             frontier: self.frontier(),
             pairs,
@@ -304,7 +304,7 @@ impl WindowedJoin {
     }
 
     /// One step to `target` (`None`: end of stream), evicting `evict` after it; returns
-    /// the pairs, consolidated and sorted.
+    /// the pairs made since the last step (as [`JoinStep::pairs`]).
     fn step(&mut self, target: Option<Time>, evict: Vec<Window>) -> Result<Vec<Pair>> {
         let id = self.id;
         let replies = self.round(|_| match target {
@@ -341,7 +341,7 @@ impl WindowedJoin {
                 self.frontier = None;
             }
         }
-        Ok(consolidate(pairs))
+        Ok(pairs)
     }
 
     fn check_usable(&self) -> Result<()> {
