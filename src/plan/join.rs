@@ -78,9 +78,14 @@ impl std::fmt::Display for JoinPlan {
         if let Some(cond) = &self.pair_filter {
             writeln!(f, "  pairs kept where: {cond}")?;
         }
+        let kept = match self.then {
+            Some(_) => "the aggregate's groups",
+            None => "pairs",
+        };
         writeln!(
             f,
-            "  state: each side's rows by (window, join key), in arrangements; pairs per open window"
+            "  state: each side's rows by (window, join key), in the workers' hash tables; \
+             {kept} per open window"
         )?;
         if let Some(then) = &self.then {
             writeln!(f, "  the join's new pairs feed, per window:")?;

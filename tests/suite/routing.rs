@@ -500,6 +500,10 @@ fn joins_feeding_an_aggregate_fold_their_new_pairs() {
         );
         let explain = e.explain("v").expect("explain");
         assert_eq!(explain.contains(FEEDS), feeds, "{sql}: {explain}");
+        if i == 1 {
+            // what the aggregate fed by the join looks like: a reviewed diff
+            insta::assert_snapshot!("join_feeds_explain", explain);
+        }
         let out = run(&mut e, &["a", "b"], &triggers);
         let (expected, _) = oracle(&triggers, &["a", "b"], 300, win, sql);
         assert_eq!(out, expected, "{sql}");

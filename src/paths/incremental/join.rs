@@ -811,7 +811,8 @@ impl ViewRuntime for JoinView {
         let f = self.join.frontier();
         RuntimeStats {
             buffered_rows: 0,
-            // the dataflow's arrangements, and the pairs the host keeps per open window
+            // the workers' rows, the pairs the host keeps per open window, the groups of
+            // the aggregate the join feeds
             state_records: Some(
                 self.join.state_size()
                     + self.pairs.values().map(|p| p.len()).sum::<usize>()
