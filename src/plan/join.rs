@@ -50,6 +50,14 @@ pub struct JoinPlan {
     /// output, where it is one (then `rest` is not evaluated per window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub then: Option<Box<super::AggregatePlan>>,
+    /// Over hopping windows, how much later than the aggregate's units (one
+    /// slide at each window's start) the windows end (size − slide, ms).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub then_shift: i64,
+}
+
+fn is_zero(x: &i64) -> bool {
+    *x == 0
 }
 
 impl std::fmt::Display for JoinPlan {
@@ -89,6 +97,14 @@ impl std::fmt::Display for JoinPlan {
         )?;
         if let Some(then) = &self.then {
             writeln!(f, "  the join's new pairs feed, per window:")?;
+            if self.then_shift > 0 {
+                writeln!(
+                    f,
+                    "    (each window's pairs in the unit of one slide at its start, \
+                     closed {} ms later, when the window ends)",
+                    self.then_shift
+                )?;
+            }
             for line in then.to_string().lines() {
                 writeln!(f, "    {line}")?;
             }
@@ -148,9 +164,11 @@ pub(crate) struct CompiledJoin {
     /// pairs, which Update mode emits without evaluating the window.
     pub row_wise: bool,
     /// The rest of the query as an incremental aggregate over the table's
-    /// rows (tumbling windows: a pair's window is the one its window start
-    /// falls in), where it compiles as one.
+    /// rows, each pair at its window's start, in units of one slide (see
+    /// `plan::joined`), where it compiles as one.
     pub then: Option<Box<super::CompiledAggregate>>,
+    /// See [`JoinPlan::then_shift`].
+    pub then_shift: i64,
 }
 
 /// Whether `rest` only projects and filters rows (no aggregate, sort,
@@ -533,6 +551,7 @@ pub(crate) fn compile(
         windows: (windows.size(), windows.slide(), windows.offset()),
         rest: rest.display_indent().to_string(),
         then: None,
+        then_shift: 0,
     };
     Ok(Some((
         printable,
@@ -544,6 +563,7 @@ pub(crate) fn compile(
             bound: bound.clone(),
             row_wise: row_wise(&rest),
             then: None,
+            then_shift: 0,
             pair_filter,
             rest,
             table,

@@ -434,38 +434,40 @@ fn over_one_input(
 /// The name a join's output goes by in the plan of the aggregate it feeds.
 const JOIN_OUTPUT: &str = "the join's output";
 
-/// A compiled join, and, over tumbling windows, the rest of its query as
-/// an incremental aggregate over the join's output where it compiles as one
-/// (see [`over_one_input`]) and gives no rows for a window without pairs (a
-/// window any source's on-time row opened may have none): then a window's
-/// new pairs are folded into its groups instead of the rest being evaluated
-/// over all its pairs.
+/// A compiled join, and the rest of its query as an incremental aggregate
+/// over the join's output where it compiles as one (see [`over_one_input`])
+/// and gives no rows for a window without pairs (a window any source's
+/// on-time row opened may have none): then a window's new pairs are folded
+/// into its groups instead of the rest being evaluated over all its pairs.
+///
+/// A pair belongs to one window. Over tumbling windows the aggregate has
+/// the join's windows; over hopping ones it holds a window's pairs in the
+/// unit of one slide at the window's start (no two windows share one), and
+/// its watermark is the join's less (size − slide), so a unit closes when
+/// its window does; its output shows the window's end.
 fn joined(
     (mut plan, mut join): (JoinPlan, CompiledJoin),
     ctx: &SessionContext,
     query_schema: SchemaRef,
 ) -> Planned {
-    if join.windows.size() == join.windows.slide() {
-        let grouped = shape::distinct_as_grouping(&join.rest);
-        let rest = grouped.as_ref().unwrap_or(&join.rest);
-        let then = over_one_input(
-            rest,
-            JOIN_OUTPUT,
-            join.windows,
-            &join.bound,
-            query_schema,
-            ctx,
-        );
-        if let Ok((p, c)) = then {
-            let empty = c.group_keys > 0
-                && c.session.is_none()
-                && c.post
-                    .as_ref()
-                    .is_none_or(|post| empty_on_empty(&post.rest));
-            if empty {
-                plan.then = Some(Box::new(p));
-                join.then = Some(Box::new(c));
-            }
+    let (size, slide) = (join.windows.size(), join.windows.slide());
+    let Some(units) = TimeWindows::new(slide, slide, join.windows.offset()) else {
+        return Planned::join((plan, join));
+    };
+    let grouped = shape::distinct_as_grouping(&join.rest);
+    let rest = grouped.as_ref().unwrap_or(&join.rest);
+    let then = over_one_input(rest, JOIN_OUTPUT, units, &join.bound, query_schema, ctx);
+    if let Ok((p, c)) = then {
+        let empty = c.group_keys > 0
+            && c.session.is_none()
+            && c.post
+                .as_ref()
+                .is_none_or(|post| empty_on_empty(&post.rest));
+        if empty {
+            plan.then = Some(Box::new(p));
+            plan.then_shift = size - slide;
+            join.then = Some(Box::new(c));
+            join.then_shift = size - slide;
         }
     }
     Planned::join((plan, join))

@@ -271,9 +271,8 @@ fn a_finished_complete_view_resumes_with_every_closed_window() {
 }
 
 /// Windowed joins of two sources, checkpointed at every `every` triggers,
-/// crashed and resumed at another worker count (over tumbling windows, the
-/// aggregates fold the join's new pairs: their state is rebuilt from the
-/// restored rows' pairs).
+/// crashed and resumed at another worker count (the aggregates fold the
+/// join's new pairs: their state is rebuilt from the restored rows' pairs).
 const JOINS: &[&str] = &[
     "SELECT a.k, a.v, b.g, b.ts FROM a JOIN b ON a.k = b.k",
     "SELECT a.g, COUNT(*) AS n, SUM(b.v) AS s FROM a JOIN b ON a.k = b.k WHERE a.v >= b.v GROUP BY a.g",

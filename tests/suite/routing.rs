@@ -453,10 +453,10 @@ fn no_window_and_forced_recompute_fall_back_with_reasons() {
 }
 
 /// A join whose rest is an aggregate over its output folds each step's new
-/// pairs into that aggregate over tumbling windows (explain says so); over
-/// hopping windows, or under a global aggregate (a window without pairs
-/// still has its row), the rest runs per window over the window's pairs.
-/// Either way the rows are the oracle's.
+/// pairs into that aggregate, over tumbling and hopping windows (explain
+/// says so); under a global aggregate (a window without pairs still has its
+/// row) the rest runs per window over the window's pairs. Either way the
+/// rows are the oracle's.
 #[test]
 fn joins_feeding_an_aggregate_fold_their_new_pairs() {
     const FEEDS: &str = "the join's new pairs feed";
@@ -477,7 +477,10 @@ fn joins_feeding_an_aggregate_fold_their_new_pairs() {
         (nested, tumbling, true),
         (global, tumbling, false),
         (global_over_groups, tumbling, false),
-        (grouped, WIN, false),
+        // hopping: a window's pairs in a unit of one slide at its start
+        (grouped, WIN, true),
+        (nested, WIN, true),
+        (global, WIN, false),
     ];
     for (i, (sql, win, feeds)) in cases.into_iter().enumerate() {
         let triggers = stream(100 + i as u64);

@@ -4,10 +4,11 @@
 //! by (window, join key); the pairs it returns are kept per open window, and
 //! the rest of the query runs per window on DataFusion over that window's
 //! pairs, decoded back to rows. Where the rest is an aggregate over the
-//! join's output (tumbling windows; see `plan::joined`), the new pairs of a
-//! step are decoded and folded into it instead: an [`IncrementalView`] over
-//! the join's output, each pair at its window's start, which emits per the
-//! output mode; no pairs are kept.
+//! join's output (see `plan::joined`), the new pairs of a step are decoded
+//! and folded into it instead: an [`IncrementalView`] over the join's
+//! output, each pair at its window's start (over hopping windows, in the
+//! unit of one slide there, under a watermark `size − slide` behind), which
+//! emits per the output mode; no pairs are kept.
 //!
 //! A window exists once any source gave it an on-time row (even one a side's
 //! filter refuses), as on the recompute path, so a global aggregate over the
@@ -91,6 +92,58 @@ pub(crate) struct JoinView {
     then: Option<Box<IncrementalView>>,
 }
 
+/// The watermark `w` as the aggregate a join feeds over hopping windows
+/// takes it: a unit (one slide at a window's start) closes when its window
+/// does, `shift` (size − slide) later.
+fn unit_time(w: Option<EventTime>, shift: i64) -> Option<EventTime> {
+    w.map(|w| match w {
+        EventTime::MAX => EventTime::MAX,
+        w => w.saturating_sub(shift),
+    })
+}
+
+/// An error of the aggregate a join feeds, naming the window (not its unit).
+fn shown_error(e: Error, shift: i64) -> Error {
+    let end = |x: i64| match x {
+        EventTime::MAX => x,
+        x => x.saturating_add(shift),
+    };
+    match e {
+        Error::Overflow {
+            view,
+            aggregate,
+            data_type,
+            window_start,
+            window_end,
+            value,
+        } => Error::Overflow {
+            view,
+            aggregate,
+            data_type,
+            window_start,
+            window_end: end(window_end),
+            value,
+        },
+        Error::Dataflow {
+            view,
+            source:
+                thund_dataflows::Error::Overflow {
+                    kind,
+                    window: Some(w),
+                    detail,
+                },
+        } => Error::Dataflow {
+            view,
+            source: thund_dataflows::Error::Overflow {
+                kind,
+                window: Some(thund_dataflows::Window::new(w.start, end(w.end))),
+                detail,
+            },
+        },
+        other => other,
+    }
+}
+
 /// The dataflow input of side `s`.
 fn side_of(s: usize) -> Side {
     if s == 0 {
@@ -172,14 +225,12 @@ impl JoinView {
         let join = WindowedJoin::spawn_on(&cluster).map_err(|e| Error::dataflow(view, e))?;
         let mut plan = plan;
         let then = match plan.then.take() {
-            Some(agg) => Some(Box::new(IncrementalView::new(
-                view,
-                *agg,
-                mode,
-                cluster.clone(),
-                false,
-                eval.clone(),
-            )?)),
+            Some(agg) => {
+                let mut then =
+                    IncrementalView::new(view, *agg, mode, cluster.clone(), false, eval.clone())?;
+                then.end_shift = plan.then_shift;
+                Some(Box::new(then))
+            }
             None => None,
         };
         Ok(JoinView {
@@ -452,11 +503,14 @@ impl JoinView {
         w: Option<EventTime>,
     ) -> Result<StepOutput> {
         let rows = self.pair_rows(&pairs)?;
+        let shift = self.plan.then_shift;
         let then = self
             .then
             .as_mut()
             .ok_or_else(|| Error::internal(&self.view, "a join without its aggregate"))?;
-        let mut out = then.step(rows, w_prev, w)?;
+        let mut out = then
+            .step(rows, unit_time(w_prev, shift), unit_time(w, shift))
+            .map_err(|e| shown_error(e, shift))?;
         if let Some(w) = w {
             let before = self.windows.len();
             self.windows.retain(|x| x.end > w);
@@ -789,7 +843,8 @@ impl ViewRuntime for JoinView {
                 .then
                 .as_mut()
                 .ok_or_else(|| Error::internal(&self.view, "a join without its aggregate"))?;
-            then.step(rows, w, w)?;
+            let at = unit_time(w, self.plan.then_shift);
+            then.step(rows, at, at)?;
             then.closed_results = closed;
             return Ok(());
         }

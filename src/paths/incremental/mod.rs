@@ -148,6 +148,10 @@ pub(crate) struct IncrementalView {
     post: Option<post::PostRun>,
     /// A top-rows query: what rules rows out before the dataflow.
     pruner: Option<prune::Pruner>,
+    /// How much later than its units each window the output shows ends: 0,
+    /// except under a join over hopping windows, whose pairs are held in
+    /// the unit of one slide at their window's start (see `join`).
+    end_shift: i64,
 }
 
 impl IncrementalView {
@@ -215,7 +219,13 @@ impl IncrementalView {
             touched: Vec::new(),
             post,
             pruner,
+            end_shift: 0,
         })
+    }
+
+    /// Window `w` as the output shows it (see `end_shift`).
+    fn shown_window(&self, w: Window) -> Window {
+        Window::new(w.start, w.end.saturating_add(self.end_shift))
     }
 }
 

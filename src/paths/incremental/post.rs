@@ -98,7 +98,7 @@ impl IncrementalView {
             &post.rest,
             &[post.table.as_ref()],
             vec![vec![rows]],
-            Some(win),
+            Some(self.shown_window(win)),
         )
     }
 
@@ -143,6 +143,7 @@ impl IncrementalView {
         result: &RecordBatch,
         fin: Option<bool>,
     ) -> Result<RecordBatch> {
+        let win = self.shown_window(win);
         with_bounds(&self.out, Some((win, Some(&self.plan.bound))), result, fin)
     }
 

@@ -66,7 +66,7 @@ impl IncrementalView {
             updates.iter().map(|u| u.window.start),
         ));
         let mut ends: ArrayRef = Arc::new(Int64Array::from_iter_values(
-            updates.iter().map(|u| u.window.end),
+            updates.iter().map(|u| self.shown_window(u.window).end),
         ));
         if let Some(h) = &self.plan.having {
             let m = h
