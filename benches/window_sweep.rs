@@ -19,7 +19,7 @@
 //! the two highest bids per auction (q19's, `ROW_NUMBER() … <= 2`): rows
 //! ranked by the host, only candidates reaching the dataflow; and a windowed
 //! self-join (each bid with the later bids of its auction at the same price),
-//! aggregated per auction. Then session windows
+//! aggregated per auction (also over 1 min windows hopping by 10 s). Then session windows
 //! (gap 10 s), over at most 200 000 rows (the recompute path evaluates each
 //! dirty session on its own): by auction (a bid every 2 s per auction: each
 //! session runs on for the whole stream, its panes carried forward) and by
@@ -230,12 +230,17 @@ fn main() {
         .iter()
         .map(|(name, w)| (name.to_string(), SQL, w))
         .collect();
+    // the join over hopping windows too (each row in 6 windows)
+    let join_hop = WindowSpec::hopping(s(60), s(10));
     for (shape, sql) in SHAPES {
         for (name, w) in windows
             .iter()
             .filter(|(n, _)| *n == "tumbling 10 s" || *n == "tumbling 1 h")
         {
             rows_run.push((format!("{shape}, {name}"), *sql, w));
+        }
+        if shape.starts_with("self-join") {
+            rows_run.push((format!("{shape}, hopping 1 min / 10 s"), *sql, &join_hop));
         }
     }
     for (name, sql, w) in &sessions {
