@@ -26,9 +26,9 @@
 //!                        from it with WindowedAggregate::restore()
 //! ```
 //!
-//! This crate is the incremental path: windowed grouped aggregates (and windowed equi-joins,
-//! [`WindowedJoin`]), maintained incrementally
-//! on timely/differential dataflow, with event time as the dataflow's time. It renders what
+//! This crate is the incremental path: windowed grouped aggregates maintained incrementally
+//! on timely/differential dataflow, with event time as the dataflow's time, and windowed
+//! equi-joins ([`WindowedJoin`]), a symmetric hash join on the same worker threads. It renders what
 //! the root crate hands it, and knows no SQL and no Arrow. Inside it:
 //!
 //! ```text
