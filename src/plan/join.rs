@@ -6,11 +6,13 @@
 //! Per window, the view's SQL over the window's rows is the rest of the
 //! query over that window's join output. The join itself is maintained by
 //! the dataflow (`thund_dataflows::WindowedJoin`): each side's rows are
-//! arranged by (window, join key), and a step costs the pairs the new rows
-//! make, not the window. The rest runs per window on DataFusion over the
-//! window's pairs, with the join replaced by a scan of an in-memory table
-//! under a projection that gives each column back its qualified name; the
-//! join's non-equi conditions filter that table.
+//! held by (window, join key), and a step costs the pairs the new rows
+//! make, not the window. The rest reads the join's output from an in-memory
+//! table, under a projection that gives each column back its qualified
+//! name; the join's non-equi conditions filter its pairs. Where the rest is
+//! an aggregate over that table, it is compiled as one (`plan::joined`) and
+//! folds each step's new pairs; otherwise it runs per window on DataFusion
+//! over the window's pairs.
 
 use std::sync::Arc;
 
