@@ -444,7 +444,7 @@ fn fold_arg(
 
 /// The rows of `batch` where a predicate (`what`: WHERE, FILTER) is true —
 /// not false, not null — as a validity mask.
-fn true_rows(
+pub(super) fn true_rows(
     view: &str,
     what: &str,
     predicate: &dyn PhysicalExpr,

@@ -436,26 +436,29 @@ impl JoinView {
 
     /// The pairs kept of `pairs`: those that meet the join's other conditions.
     fn kept_pairs(&self, pairs: Vec<Pair>) -> Result<Vec<Pair>> {
-        let Some(cond) = &self.plan.pair_filter else {
-            return Ok(pairs);
-        };
-        if pairs.is_empty() {
+        if self.plan.pair_filter.is_none() || pairs.is_empty() {
             return Ok(pairs);
         }
         let batch = self.decode(pairs.iter().map(|p| (p.left, p.right)))?;
-        let mask = cond
-            .evaluate(&batch)
-            .and_then(|v| v.into_array(batch.num_rows()))
-            .map_err(|e| Error::eval(&self.view, e))?;
-        let mask = mask
-            .as_boolean_opt()
-            .ok_or_else(|| Error::internal(&self.view, "a join condition is not a boolean"))?;
+        let Some(kept) = self.pair_mask(&batch)? else {
+            return Ok(pairs);
+        };
         Ok(pairs
             .into_iter()
-            .enumerate()
-            .filter(|(i, _)| mask.is_valid(*i) && mask.value(*i))
-            .map(|(_, p)| p)
+            .zip(kept.values().iter())
+            .filter(|(_, k)| *k)
+            .map(|(p, _)| p)
             .collect())
+    }
+
+    /// Where the join's other conditions hold — not false, not NULL — on
+    /// `batch` (pairs as rows of the join's output), if it has any.
+    fn pair_mask(&self, batch: &RecordBatch) -> Result<Option<BooleanArray>> {
+        let Some(cond) = &self.plan.pair_filter else {
+            return Ok(None);
+        };
+        let kept = super::ingest::true_rows(&self.view, "a join condition", cond.as_ref(), batch)?;
+        Ok(Some(BooleanArray::new(kept.into_inner(), None)))
     }
 
     /// The pairs kept of `pairs` (see [`Self::kept_pairs`]) as rows of the
@@ -469,29 +472,26 @@ impl JoinView {
         let batch = self.decode(pairs.iter().flat_map(copies).map(|p| (p.left, p.right)))?;
         let times =
             Int64Array::from_iter_values(pairs.iter().flat_map(copies).map(|p| p.window.start));
-        let (batch, times) = match &self.plan.pair_filter {
+        let (batch, times) = match self.pair_mask(&batch)? {
             None => (batch, times),
-            Some(cond) => {
-                let mask = cond
-                    .evaluate(&batch)
-                    .and_then(|v| v.into_array(batch.num_rows()))
-                    .map_err(|e| Error::eval(&self.view, e))?;
-                let mask = mask.as_boolean_opt().ok_or_else(|| {
-                    Error::internal(&self.view, "a join condition is not a boolean")
-                })?;
-                let mask = match mask.null_count() {
-                    0 => mask.clone(),
-                    _ => prep_null_mask_filter(mask),
-                };
-                let times = filter(&times, &mask)?.as_primitive().clone();
-                (filter_record_batch(&batch, &mask)?, times)
-            }
+            Some(kept) => (
+                filter_record_batch(&batch, &kept)?,
+                filter(&times, &kept)?.as_primitive().clone(),
+            ),
         };
         Ok(vec![OnTime {
             source: 0,
             batch,
             times,
         }])
+    }
+
+    /// The aggregate the join feeds (a join built with one).
+    fn then_mut(&mut self) -> Result<&mut IncrementalView> {
+        match self.then.as_deref_mut() {
+            Some(then) => Ok(then),
+            None => Err(Error::internal(&self.view, "a join without its aggregate")),
+        }
     }
 
     /// One step of a join that feeds an aggregate: the step's new pairs
@@ -504,11 +504,8 @@ impl JoinView {
     ) -> Result<StepOutput> {
         let rows = self.pair_rows(&pairs)?;
         let shift = self.plan.then_shift;
-        let then = self
-            .then
-            .as_mut()
-            .ok_or_else(|| Error::internal(&self.view, "a join without its aggregate"))?;
-        let mut out = then
+        let mut out = self
+            .then_mut()?
             .step(rows, unit_time(w_prev, shift), unit_time(w, shift))
             .map_err(|e| shown_error(e, shift))?;
         if let Some(w) = w {
@@ -839,11 +836,8 @@ impl ViewRuntime for JoinView {
             // the aggregate over the open windows' pairs, as it stood: what
             // it would emit for them now was emitted before the checkpoint
             let rows = self.pair_rows(&pairs)?;
-            let then = self
-                .then
-                .as_mut()
-                .ok_or_else(|| Error::internal(&self.view, "a join without its aggregate"))?;
             let at = unit_time(w, self.plan.then_shift);
+            let then = self.then_mut()?;
             then.step(rows, at, at)?;
             then.closed_results = closed;
             return Ok(());
