@@ -124,6 +124,18 @@ mod time;
 mod typedefs;
 mod window;
 
+/// A seeded stream of pseudo-random numbers below each bound asked (a
+/// linear congruential generator), for the tests' random streams.
+#[cfg(test)]
+pub(crate) fn numbers_below(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |m: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % m
+    }
+}
+
 pub use error::{Error, Result};
 pub use host::cluster::Cluster;
 pub use host::handle::{ArrangementSize, Config, PendingSnapshot, Step, WindowedAggregate};

@@ -428,13 +428,7 @@ mod tests {
     /// and the state drains to nothing once every window closed.
     #[test]
     fn pairs_equal_a_nested_loop_per_window_and_eviction_drains_the_state() {
-        let mut seed = 7u64;
-        let mut next = move |m: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % m
-        };
+        let mut next = crate::numbers_below(7);
         let mut steps: Vec<Vec<JoinRow>> = Vec::new();
         for s in 0..40i64 {
             let rows = (0..30)

@@ -144,13 +144,7 @@ mod tests {
     /// and key; evicting drops exactly the closed windows' rows.
     #[test]
     fn pairs_are_the_nested_loop_and_eviction_drops_closed_windows() {
-        let mut seed = 5u64;
-        let mut next = move |m: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % m
-        };
+        let mut next = crate::numbers_below(5);
         let rows: Vec<(usize, JoinRecord, i64)> = (0..400)
             .map(|_| {
                 let start = next(5) as i64 * 10;
