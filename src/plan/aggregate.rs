@@ -74,6 +74,11 @@ pub struct AggregatePlan {
     /// string), with its type: the dataflow's state is by group and value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value_key: Option<Box<(String, String)>>,
+    /// More than one argument kept per value (`COUNT(DISTINCT a)` beside
+    /// `COUNT(DISTINCT b)`), with their types: the dataflow's state is by
+    /// group, argument and value (each row is one entry per argument).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub value_keys: Vec<(String, String)>,
     /// The HAVING predicate, if any.
     pub having: Option<String>,
     /// The output columns, as expressions over keys and aggregates.
@@ -149,6 +154,19 @@ impl std::fmt::Display for AggregatePlan {
                 "  state: by group and value of {arg} : {t}, merged per group on output"
             )?;
         }
+        if !self.value_keys.is_empty() {
+            let args: Vec<String> = self
+                .value_keys
+                .iter()
+                .map(|(arg, t)| format!("{arg} : {t}"))
+                .collect();
+            writeln!(
+                f,
+                "  state: by group, argument and value of {} (one entry per argument and row), \
+                 merged per group on output",
+                args.join("; ")
+            )?;
+        }
         for a in &self.aggregates {
             let distinct = if a.distinct { "DISTINCT " } else { "" };
             write!(f, "  agg:  {:?}({distinct}{})", a.func, a.arg)?;
@@ -202,8 +220,24 @@ pub(crate) struct CompiledAgg {
     /// counts the argument's rows per group and value, and the output reads
     /// the values whose count is positive.
     pub per_value: Option<PerValue>,
+    /// With more than one argument kept per value ([`Tagged`]): the index of
+    /// the argument whose entries fold this aggregate (0 for one not kept
+    /// per value: the first argument's entries fold it, once per row).
+    pub tag: usize,
     pub input_type: DataType,
     pub output_type: DataType,
+}
+
+/// More than one argument kept per value (`COUNT`/`SUM(DISTINCT …)` of
+/// different arguments): each row makes one entry per argument, keyed by
+/// the group keys, the argument's index (`UInt8`) and its value, and each
+/// entry folds only the aggregates of its argument ([`CompiledAgg::tag`]).
+pub(crate) struct Tagged {
+    /// The arguments, in the order their index names them.
+    pub args: Vec<Arc<dyn PhysicalExpr>>,
+    /// Their types differ: the value column holds each value's row-format
+    /// bytes (`Binary`), else the value itself.
+    pub encode: Option<Vec<DataType>>,
 }
 
 /// An aggregate kept per value of its argument: what a group's output reads
@@ -251,6 +285,9 @@ pub(crate) struct CompiledAggregate {
     pub key_fields: Vec<Field>,
     /// How many of `keys` are group keys (all but a DISTINCT argument).
     pub group_keys: usize,
+    /// More than one argument kept per value: `keys` end with the argument's
+    /// index and the first argument, and each row is one entry per argument.
+    pub tagged: Option<Tagged>,
     /// The aggregates, in the Aggregate node's order.
     pub aggs: Vec<CompiledAgg>,
     /// The Aggregate node's output: keys, then aggregates (all nullable).
@@ -507,20 +544,43 @@ pub(super) fn compile(
     ));
     let mut aggs = Vec::new();
     let mut agg_desc = Vec::new();
-    let mut value_arg: Option<(Expr, DataType)> = None;
-    for (i, e) in s.aggregate.aggr_expr.iter().enumerate() {
-        let (func, arg, input_type, filter, per_value) = agg_func(e, input)?;
-        if per_value.is_some() {
-            match &value_arg {
-                None => value_arg = Some((arg.clone(), input_type.clone())),
-                Some((a, _)) if *a == arg => {}
-                Some((a, _)) => {
-                    return Err(FallbackReason::DistinctArguments {
-                        args: vec![a.to_string(), arg.to_string()],
-                    })
+    let mut value_args: Vec<(Expr, DataType)> = Vec::new();
+    let mut calls = Vec::new();
+    for e in &s.aggregate.aggr_expr {
+        let call = agg_func(e, input)?;
+        let (_, arg, input_type, _, per_value) = &call;
+        let tag = match per_value {
+            None => 0,
+            Some(_) => match value_args.iter().position(|(a, _)| a == arg) {
+                Some(t) => t,
+                None => {
+                    value_args.push((arg.clone(), input_type.clone()));
+                    value_args.len() - 1
                 }
-            }
-        }
+            },
+        };
+        calls.push((call, tag));
+    }
+    // MIN/MAX of strings read their value from the entry's key: one argument only
+    let ordered = calls
+        .iter()
+        .find(|((_, _, _, _, p), _)| matches!(p, Some(PerValue::Min | PerValue::Max)));
+    if let (Some(((_, arg, ..), _)), true) = (ordered, value_args.len() > 1) {
+        let other = value_args.iter().find(|(a, _)| a != arg).map(|(a, _)| a);
+        return Err(FallbackReason::DistinctArguments {
+            args: [Some(arg), other]
+                .into_iter()
+                .flatten()
+                .map(|a| a.to_string())
+                .collect(),
+        });
+    }
+    if value_args.len() > usize::from(u8::MAX) {
+        return Err(FallbackReason::CannotCompile {
+            detail: format!("{} arguments kept per value", value_args.len()),
+        });
+    }
+    for (i, ((func, arg, input_type, filter, per_value), tag)) in calls.into_iter().enumerate() {
         if filter.as_ref().is_some_and(has_subquery) {
             return Err(FallbackReason::SubqueryInPredicate);
         }
@@ -549,20 +609,50 @@ pub(super) fn compile(
             arg: phys(&arg, input)?,
             filter: filter.as_ref().map(|f| phys(f, input)).transpose()?,
             per_value,
+            tag,
             input_type,
             output_type,
         });
     }
-    if let Some((arg, dt)) = &value_arg {
+    for (arg, dt) in &value_args {
         if arrow::row::RowConverter::new(vec![arrow::row::SortField::new(dt.clone())]).is_err() {
             return Err(FallbackReason::KeyNotEncodable {
                 key: arg.to_string(),
                 data_type: dt.to_string(),
             });
         }
-        keys.push(phys(arg, input)?);
-        key_fields.push(Field::new(format!("value({arg})"), dt.clone(), true));
     }
+    let tagged = match value_args.as_slice() {
+        [] => None,
+        [(arg, dt)] => {
+            keys.push(phys(arg, input)?);
+            key_fields.push(Field::new(format!("value({arg})"), dt.clone(), true));
+            None
+        }
+        [(first, dt), rest @ ..] => {
+            let types: Vec<DataType> = value_args.iter().map(|(_, t)| t.clone()).collect();
+            let same = rest.iter().all(|(_, t)| t == dt);
+            let names: Vec<String> = value_args.iter().map(|(a, _)| a.to_string()).collect();
+            keys.push(phys(
+                &Expr::Literal(datafusion::common::ScalarValue::UInt8(Some(0)), None),
+                input,
+            )?);
+            keys.push(phys(first, input)?);
+            key_fields.push(Field::new("argument", DataType::UInt8, false));
+            key_fields.push(Field::new(
+                format!("value({})", names.join(", ")),
+                if same { dt.clone() } else { DataType::Binary },
+                true,
+            ));
+            Some(Tagged {
+                args: value_args
+                    .iter()
+                    .map(|(a, _)| phys(a, input))
+                    .collect::<Result<Vec<_>, _>>()?,
+                encode: (!same).then_some(types),
+            })
+        }
+    };
     let filters = s
         .filters
         .iter()
@@ -592,9 +682,17 @@ pub(super) fn compile(
                 .join(" AND ")
         }),
         keys: key_desc,
-        value_key: value_arg
-            .as_ref()
-            .map(|(a, t)| Box::new((a.to_string(), t.to_string()))),
+        value_key: match value_args.as_slice() {
+            [(a, t)] => Some(Box::new((a.to_string(), t.to_string()))),
+            _ => None,
+        },
+        value_keys: match value_args.as_slice() {
+            [_, _, ..] => value_args
+                .iter()
+                .map(|(a, t)| (a.to_string(), t.to_string()))
+                .collect(),
+            _ => Vec::new(),
+        },
         aggregates: agg_desc,
         having: s.having.map(|h| h.to_string()),
         output: match s.projection {
@@ -638,7 +736,7 @@ pub(super) fn compile(
             })
         })
         .transpose()?;
-    if order.is_some() && value_arg.is_some() {
+    if order.is_some() && !value_args.is_empty() {
         // per-value groups are merged on output; ranking them is not built
         return Err(FallbackReason::Uses(super::Construct::OrderBy));
     }
@@ -649,6 +747,7 @@ pub(super) fn compile(
         keys,
         key_fields,
         group_keys: n_keys,
+        tagged,
         aggs,
         agg_schema,
         having,

@@ -120,8 +120,10 @@ pub enum FallbackReason {
         /// The function, upper-case.
         func: String,
     },
-    /// Aggregates kept per value of their argument (`COUNT(DISTINCT …)`,
-    /// `MIN`/`MAX` of strings or binaries) over more than one argument.
+    /// `MIN`/`MAX` of strings or binaries (kept per value of their argument)
+    /// beside an aggregate kept per value of another argument
+    /// (`COUNT(DISTINCT …)`, or `MIN`/`MAX` of another string). Several
+    /// `COUNT`/`SUM(DISTINCT …)` arguments are incremental.
     DistinctArguments {
         /// Two of the arguments.
         args: Vec<String>,
@@ -196,8 +198,8 @@ impl std::fmt::Display for FallbackReason {
             DistinctAggregate { func } => write!(f, "{func}(DISTINCT …) is not incremental"),
             DistinctArguments { args } => write!(
                 f,
-                "aggregates kept per value (COUNT(DISTINCT …), MIN/MAX of strings) over \
-                 more than one argument ({}) are not incremental",
+                "MIN/MAX of strings or binaries beside an aggregate kept per value of another \
+                 argument (COUNT(DISTINCT …), MIN/MAX of strings) is not incremental ({})",
                 args.join(", ")
             ),
             FilteredOrOrderedAggregate { expr } => {

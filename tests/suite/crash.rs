@@ -310,6 +310,22 @@ fn killed_session_runs_resume_exactly() {
     );
 }
 
+/// Aggregates kept per value of two arguments (Nexmark q15/q16's shape:
+/// each row one entry per argument), in Update mode: the open groups'
+/// entries are rebuilt from the checkpoint.
+#[test]
+fn killed_distinct_runs_resume_exactly() {
+    crash_until_done(
+        "SELECT auction % 5 AS a5, COUNT(*) AS bids, COUNT(DISTINCT auction) AS auctions, \
+         COUNT(DISTINCT price) FILTER (WHERE price < 50) AS cheap_prices, SUM(DISTINCT price) AS prices \
+         FROM bids GROUP BY auction % 5",
+        "auto",
+        "update",
+        9,
+        HOP,
+    );
+}
+
 /// A query over one aggregate (the auctions with the most bids per window,
 /// Nexmark q5's shape): the aggregate incremental, the rest per window over
 /// its groups, in Update mode (the open groups rebuilt from the checkpoint).

@@ -76,6 +76,11 @@ fn distinct_state_is_bounded_by_open_windows_times_keys_times_values() {
             "SELECT k, COUNT(DISTINCT v % 4) AS dv, COUNT(*) FILTER (WHERE v < 100) AS low FROM t GROUP BY k",
             4,
         ),
+        // two arguments: one entry per group, argument and value
+        (
+            "SELECT k, COUNT(DISTINCT v % 4) AS dv, COUNT(DISTINCT v % 3) AS dv3 FROM t GROUP BY k",
+            7,
+        ),
         ("SELECT DISTINCT k, v % 4 AS r FROM t", 4),
         // over one aggregate: the rest runs over the groups, the state is the aggregate's
         (

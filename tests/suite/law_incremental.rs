@@ -46,6 +46,13 @@ const QUERIES: &[&str] = &[
      SUM(DISTINCT v) FILTER (WHERE f > 10) AS svf, COUNT(DISTINCT v) AS cv, COUNT(*) AS c FROM t GROUP BY k % 2",
     "SELECT SUM(DISTINCT d) AS sd, AVG(d) AS ad, MAX(f) AS mf FROM t",
     "SELECT k % 2 AS p, COUNT(DISTINCT g) AS dg FROM t GROUP BY k % 2 HAVING COUNT(DISTINCT g) > 1",
+    // several arguments kept per value (each row one entry per argument), of
+    // one type and of several; COUNT(v) beside COUNT(DISTINCT v) folds once per row
+    "SELECT k % 2 AS p, COUNT(*) AS c, COUNT(DISTINCT k) AS dk, COUNT(v) AS cv, COUNT(DISTINCT v) AS dv, \
+     COUNT(DISTINCT g) FILTER (WHERE v > 0) AS dgp, SUM(DISTINCT v) AS sv, \
+     COUNT(DISTINCT v) FILTER (WHERE f > 10) AS dvf, SUM(v) AS s FROM t GROUP BY k % 2",
+    "SELECT COUNT(DISTINCT k) AS dk, COUNT(DISTINCT v) AS dv, COUNT(*) FILTER (WHERE v < 0) AS neg, \
+     COUNT(DISTINCT k) FILTER (WHERE v < 0) AS dkn FROM t",
     // MIN/MAX of strings: kept per value, exact under eviction
     "SELECT k, MIN(g) AS lo, MAX(g) AS hi, MAX(g) FILTER (WHERE v > 0) AS hip, COUNT(DISTINCT g) AS n, \
      COUNT(*) AS c FROM t GROUP BY k",

@@ -491,6 +491,17 @@ fn distinct_floats_follow_the_canonical_values_on_both_paths() {
                 got, expected,
                 "{exec:?}, {workers} workers, in SQL: {in_sql}"
             );
+            // beside a second argument kept per value, of another type (its
+            // entries hold row-format bytes, encoded after the canonical float)
+            let got = run(
+                "SELECT k, COUNT(DISTINCT f) AS df, COUNT(DISTINCT v) FILTER (WHERE v > 2) AS dvp \
+                 FROM t GROUP BY k",
+            );
+            assert_eq!(
+                got,
+                vec!["0|5|6".to_string()],
+                "{exec:?}, {workers} workers, in SQL: {in_sql}"
+            );
             let got = run("SELECT DISTINCT f FROM t WHERE f IS NOT NULL");
             assert_eq!(
                 got.len(),

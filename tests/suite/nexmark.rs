@@ -14,12 +14,6 @@ fn expected(q: &str) -> Option<Why> {
         "q8" => Some(Why::JoinShape {
             what: "a side reads more than filters and projections of one source (Aggregate)".into(),
         }),
-        "q15" => Some(Why::DistinctArguments {
-            args: vec!["bid.bidder".into(), "bid.auction".into()],
-        }),
-        "q16" => Some(Why::DistinctArguments {
-            args: vec!["bid.bidder".into(), "bid.auction".into()],
-        }),
         _ => None,
     }
 }

@@ -55,6 +55,12 @@ const SHAPES: &[(&str, &str, ExecMode)] = &[
         ExecMode::Auto,
     ),
     (
+        "SELECT g, COUNT(DISTINCT k) AS dk, COUNT(DISTINCT v) FILTER (WHERE v > 0) AS dv, \
+         SUM(DISTINCT v) AS sv FROM t GROUP BY g",
+        "tumble",
+        ExecMode::Auto,
+    ),
+    (
         "SELECT COUNT(*) AS c, MAX(v) AS mx, MIN(ts) AS first FROM t WHERE v > 0",
         "global session",
         ExecMode::Auto,

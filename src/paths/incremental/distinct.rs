@@ -10,11 +10,20 @@
 //! as `x` orders. The merged state of `MIN`/`MAX` holds that entry's key id,
 //! which rendering decodes to the value.
 //!
+//! With several arguments (`COUNT(DISTINCT a)` beside `COUNT(DISTINCT b)`),
+//! the keys after the group keys are the argument's index and its value,
+//! and each row is one entry per argument (`plan::Tagged`): an entry folds
+//! its own argument's aggregates and, for the first argument, every
+//! aggregate not kept per value (so those fold each row once); the other
+//! aggregates' states of an entry stay empty, and merging them adds nothing.
+//!
 //! Update and Complete modes render open groups as their entries change:
 //! [`DistinctGroups`] keeps the open entries by window and group with each
 //! group's merge, updated entry by entry (a trigger costs its changed
 //! entries, not its groups' values), and gives each group an id that stays
-//! its own while its window is open (what `Shown` remembers rows by).
+//! its own while its window is open (what `Shown` remembers rows by). Of
+//! an entry it keeps only what its next change needs: a count, a state, or
+//! one bit (whether its value counts yet) per aggregate.
 
 use std::collections::BTreeMap;
 
@@ -29,97 +38,209 @@ use crate::plan::{CompiledAgg, PerValue};
 use crate::window::Window;
 
 /// One open group: its stable id, a key id of it (any entry's: its group
-/// keys are the group's), its entries (key id → states) and their merge,
-/// kept up to date entry by entry so a trigger costs its changed entries.
+/// keys are the group's), and the merge of its entries, kept up to date
+/// entry by entry so a trigger costs its changed entries.
 struct Group {
     id: u64,
     key: u64,
-    entries: FxHashMap<u64, Vec<AggState>>,
     merged: Vec<AggState>,
 }
 
-/// The open entries of every group, by window then group key bytes.
+/// One open window's groups and entries. An entry is found by its key id
+/// (stable while its window is open), so only an entry seen for the first
+/// time needs its group keys decoded and looked up. Of an entry the host
+/// keeps only what the next change of it needs (see [`Layout`]), in one slot
+/// of flat vectors.
 #[derive(Default)]
+struct WindowGroups {
+    /// Group key bytes → index in `groups`.
+    index: FxHashMap<Box<[u8]>, u32>,
+    groups: Vec<Group>,
+    /// Entry key id → (its group's index, its slot).
+    entries: FxHashMap<u64, (u32, u32)>,
+    /// Per slot: the counts of `Layout::counts`, the states of
+    /// `Layout::states`, the words of `Layout::seen`.
+    counts: Vec<i64>,
+    states: Vec<AggState>,
+    seen: Vec<u64>,
+}
+
+/// Where an entry keeps what an aggregate's next change needs.
+#[derive(Clone, Copy)]
+enum Kept {
+    /// A `COUNT` not kept per value: its count (the change is the difference).
+    Count(usize),
+    /// Any other aggregate not kept per value: its state.
+    State(usize),
+    /// Kept per value: whether this value counts yet (one bit).
+    Seen(usize),
+}
+
+/// The slot layout of an entry, by aggregate.
+struct Layout {
+    kept: Vec<Kept>,
+    counts: usize,
+    states: usize,
+    /// Words of bits.
+    seen: usize,
+}
+
+impl Layout {
+    fn of(aggs: &[CompiledAgg]) -> Self {
+        let (mut counts, mut states, mut bits) = (0, 0, 0);
+        let next = |n: &mut usize| {
+            *n += 1;
+            *n - 1
+        };
+        let kept = aggs
+            .iter()
+            .map(|a| match (a.per_value, a.kind) {
+                (Some(_), _) => Kept::Seen(next(&mut bits)),
+                (None, AggKind::Count) => Kept::Count(next(&mut counts)),
+                (None, _) => Kept::State(next(&mut states)),
+            })
+            .collect();
+        Layout {
+            kept,
+            counts,
+            states,
+            seen: bits.div_ceil(64),
+        }
+    }
+}
+
+/// The open entries of every group, by window.
 pub(super) struct DistinctGroups {
-    by_window: BTreeMap<Window, FxHashMap<Box<[u8]>, Group>>,
+    layout: Layout,
+    by_window: BTreeMap<Window, WindowGroups>,
     next_id: u64,
     /// Entries held, over all groups.
     entries: usize,
 }
 
 impl DistinctGroups {
+    fn new(aggs: &[CompiledAgg]) -> Self {
+        DistinctGroups {
+            layout: Layout::of(aggs),
+            by_window: BTreeMap::new(),
+            next_id: 0,
+            entries: 0,
+        }
+    }
+
+    /// Whether entry `key` of `window` is held.
+    fn holds(&self, window: &Window, key: u64) -> bool {
+        self.by_window
+            .get(window)
+            .is_some_and(|w| w.entries.contains_key(&key))
+    }
+
     /// Records an entry's new states and folds the change into its group's
-    /// merge; returns the group's id.
-    fn upsert(
+    /// merge; `group` gives its group key bytes, read only for an entry not
+    /// held yet. Returns the group's index in its window.
+    fn upsert<'g>(
         &mut self,
-        window: Window,
-        group: &[u8],
         u: &Update,
+        group: impl FnOnce() -> &'g [u8],
         aggs: &[CompiledAgg],
         keys: &impl KeyBytes,
-    ) -> std::result::Result<u64, thund_dataflows::Error> {
-        let groups = self.by_window.entry(window).or_default();
-        let g = match groups.get_mut(group) {
-            Some(g) => g,
+    ) -> std::result::Result<u32, thund_dataflows::Error> {
+        let m = aggs.len();
+        let w = self.by_window.entry(u.window).or_default();
+        let (g, slot, new_entry) = match w.entries.get(&u.key) {
+            Some(&(g, slot)) => (g as usize, slot as usize, false),
             None => {
-                self.next_id += 1;
-                groups.entry(group.into()).or_insert(Group {
-                    id: self.next_id,
-                    key: u.key,
-                    entries: FxHashMap::default(),
-                    merged: vec![AggState::EMPTY; aggs.len()],
-                })
+                let bytes = group();
+                let g = match w.index.get(bytes) {
+                    Some(&g) => g,
+                    None => {
+                        self.next_id += 1;
+                        w.groups.push(Group {
+                            id: self.next_id,
+                            key: u.key,
+                            merged: vec![AggState::EMPTY; m],
+                        });
+                        let g = (w.groups.len() - 1) as u32;
+                        w.index.insert(bytes.into(), g);
+                        g
+                    }
+                };
+                let slot = w.entries.len();
+                let l = &self.layout;
+                w.counts.resize((slot + 1) * l.counts, 0);
+                w.states.resize((slot + 1) * l.states, AggState::EMPTY);
+                w.seen.resize((slot + 1) * l.seen, 0);
+                w.entries.insert(u.key, (g, slot as u32));
+                self.entries += 1;
+                (g as usize, slot, true)
             }
         };
-        let old = g.entries.get(&u.key);
-        for (j, (a, new)) in aggs.iter().zip(&u.aggs).enumerate() {
-            let old = old.map_or(AggState::EMPTY, |o| o[j]);
-            let m = &mut g.merged[j];
-            match a.per_value {
-                None => m.combine(a.kind, &change(a.kind, &old, new)?)?,
-                // a value joins the group's values when its count turns positive
-                Some(_) if old.count > 0 || new.count <= 0 => {}
-                Some(PerValue::CountDistinct) => {
-                    m.count += 1;
-                    m.value = Value::Int(i128::from(m.count));
+        let l = &self.layout;
+        let counts = &mut w.counts[slot * l.counts..(slot + 1) * l.counts];
+        let states = &mut w.states[slot * l.states..(slot + 1) * l.states];
+        let seen = &mut w.seen[slot * l.seen..(slot + 1) * l.seen];
+        let merged = &mut w.groups[g].merged;
+        for (((a, new), m), kept) in aggs.iter().zip(&u.aggs).zip(merged).zip(&l.kept) {
+            match (*kept, a.per_value) {
+                (Kept::Count(i), _) => {
+                    let old = AggState {
+                        count: counts[i],
+                        value: Value::Null,
+                    };
+                    m.combine(a.kind, &change(a.kind, &old, new)?)?;
+                    counts[i] = new.count;
                 }
-                // the value joins the sum (its state is MAX(x): x itself)
-                Some(PerValue::SumDistinct) => m.combine(AggKind::SumInt, &one(new))?,
-                Some(p) => {
-                    let better = match m.value {
-                        Value::Int(best) if m.count > 0 => {
-                            let ord = keys.bytes(u.key).cmp(keys.bytes(best as u64));
-                            if p == PerValue::Min {
-                                ord.is_lt()
-                            } else {
-                                ord.is_gt()
+                (Kept::State(i), _) => {
+                    let old = if new_entry {
+                        AggState::EMPTY
+                    } else {
+                        states[i]
+                    };
+                    m.combine(a.kind, &change(a.kind, &old, new)?)?;
+                    states[i] = *new;
+                }
+                // a value joins the group's values when its count turns positive
+                (Kept::Seen(b), _) if seen[b / 64] >> (b % 64) & 1 == 1 || new.count <= 0 => {}
+                (Kept::Seen(b), p) => {
+                    seen[b / 64] |= 1 << (b % 64);
+                    match p {
+                        Some(PerValue::CountDistinct) => {
+                            m.count += 1;
+                            m.value = Value::Int(i128::from(m.count));
+                        }
+                        // the value joins the sum (its state is MAX(x): x itself)
+                        Some(PerValue::SumDistinct) => m.combine(AggKind::SumInt, &one(new))?,
+                        Some(p) => {
+                            let better = match m.value {
+                                Value::Int(best) if m.count > 0 => {
+                                    let ord = keys.bytes(u.key).cmp(keys.bytes(best as u64));
+                                    if p == PerValue::Min {
+                                        ord.is_lt()
+                                    } else {
+                                        ord.is_gt()
+                                    }
+                                }
+                                _ => true,
+                            };
+                            if better {
+                                *m = AggState {
+                                    count: 1,
+                                    value: Value::Int(i128::from(u.key)),
+                                };
                             }
                         }
-                        _ => true,
-                    };
-                    if better {
-                        *m = AggState {
-                            count: 1,
-                            value: Value::Int(i128::from(u.key)),
-                        };
+                        None => {}
                     }
                 }
             }
         }
-        match g.entries.get_mut(&u.key) {
-            Some(e) => e.copy_from_slice(&u.aggs),
-            None => {
-                g.entries.insert(u.key, u.aggs.clone());
-                self.entries += 1;
-            }
-        }
-        Ok(g.id)
+        Ok(g as u32)
     }
 
     /// A window closed: its groups go.
     pub(super) fn close(&mut self, window: &Window) {
-        if let Some(groups) = self.by_window.remove(window) {
-            self.entries -= groups.values().map(|g| g.entries.len()).sum::<usize>();
+        if let Some(w) = self.by_window.remove(window) {
+            self.entries -= w.entries.len();
         }
     }
 
@@ -128,8 +249,10 @@ impl DistinctGroups {
         self.entries
     }
 
-    fn group(&self, window: &Window, group: &[u8]) -> Option<&Group> {
-        self.by_window.get(window).and_then(|m| m.get(group))
+    fn group(&self, window: &Window, g: u32) -> Option<&Group> {
+        self.by_window
+            .get(window)
+            .and_then(|w| w.groups.get(g as usize))
     }
 }
 
@@ -222,24 +345,42 @@ impl IncrementalView {
     }
 
     /// Update and Complete modes: records the changed entries, and returns
-    /// each changed group's merge, with its id.
+    /// each changed group's merge, with its id. Only the entries not held
+    /// yet have their group keys decoded.
     pub(super) fn merge_changed(&mut self, changed: &[&Update]) -> Result<Vec<Merged>> {
-        let rows = self.group_rows(changed)?;
-        let bytes = |i: usize| rows.as_ref().map_or(&[][..], |r| r.row(i).data());
-        let mut touched: Vec<(Window, &[u8])> = Vec::with_capacity(changed.len());
-        let store = self.distinct.get_or_insert_with(DistinctGroups::default);
+        let store = self
+            .distinct
+            .get_or_insert_with(|| DistinctGroups::new(&self.plan.aggs));
+        // each entry not held: its row in `rows`
+        let mut row_of = vec![u32::MAX; changed.len()];
+        let mut unseen: Vec<&Update> = Vec::new();
         for (i, u) in changed.iter().enumerate() {
-            store
-                .upsert(u.window, bytes(i), u, &self.plan.aggs, &self.keys)
+            if !store.holds(&u.window, u.key) {
+                row_of[i] = unseen.len() as u32;
+                unseen.push(u);
+            }
+        }
+        let rows = self.group_rows(&unseen)?;
+        let store = self
+            .distinct
+            .get_or_insert_with(|| DistinctGroups::new(&self.plan.aggs));
+        let mut touched: Vec<(Window, u32)> = Vec::with_capacity(changed.len());
+        for (u, &row) in changed.iter().zip(&row_of) {
+            let bytes = || {
+                rows.as_ref()
+                    .map_or(&[][..], |r| r.row(row as usize).data())
+            };
+            let g = store
+                .upsert(u, bytes, &self.plan.aggs, &self.keys)
                 .map_err(|e| Error::dataflow(&self.view, e))?;
-            touched.push((u.window, bytes(i)));
+            touched.push((u.window, g));
         }
         touched.sort_unstable();
         touched.dedup();
         let store = &*store;
         Ok(touched
             .into_iter()
-            .filter_map(|(window, b)| store.group(&window, b).map(|g| (window, g)))
+            .filter_map(|(window, g)| store.group(&window, g).map(|g| (window, g)))
             .map(|(window, g)| (merged(window, g), g.id))
             .collect())
     }
@@ -250,11 +391,9 @@ impl IncrementalView {
             return Vec::new();
         };
         let mut out = Vec::new();
-        for (window, groups) in &store.by_window {
+        for (window, w) in &store.by_window {
             // a stable order: by group id (the order groups first appeared)
-            let mut gs: Vec<&Group> = groups.values().collect();
-            gs.sort_unstable_by_key(|g| g.id);
-            out.extend(gs.into_iter().map(|g| merged(*window, g)));
+            out.extend(w.groups.iter().map(|g| merged(*window, g)));
         }
         out
     }
@@ -265,7 +404,7 @@ impl IncrementalView {
         &mut self,
         open: &BTreeMap<(Window, u64), Vec<AggState>>,
     ) -> Result<Vec<Merged>> {
-        self.distinct = Some(DistinctGroups::default());
+        self.distinct = Some(DistinctGroups::new(&self.plan.aggs));
         let entries: Vec<Update> = super::updates_of(open);
         let refs: Vec<&Update> = entries.iter().collect();
         self.merge_changed(&refs)

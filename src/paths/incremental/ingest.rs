@@ -8,15 +8,16 @@
 
 use arrow::array::AsArray;
 use arrow::array::{
-    make_array, Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array,
-    RecordBatch, UInt64Array,
+    make_array, Array, ArrayRef, BinaryArray, BooleanArray, Decimal128Array, Float64Array,
+    Int64Array, RecordBatch, UInt64Array, UInt8Array,
 };
 use arrow::buffer::NullBuffer;
 use arrow::compute::{cast, filter_record_batch};
 use arrow::datatypes::{DataType, Int64Type};
-use arrow::row::Rows;
+use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 use rustc_hash::FxHashMap;
+use std::sync::Arc;
 use thund_dataflows::{AggKind, AggState, Panes, Value};
 
 use super::keys::{packed, packed_columns, shard_of, unpacked, KeyDictionary, Keys, GLOBAL};
@@ -535,19 +536,38 @@ fn fold_ints(
 }
 
 impl IncrementalView {
-    /// The dataflow's key columns of a batch, canonical (`-0.0` as `0.0`, one NaN).
-    pub(super) fn key_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    /// The dataflow's key columns of a batch, canonical (`-0.0` as `0.0`, one
+    /// NaN); with several arguments kept per value, those of argument `tag`'s
+    /// entries (the group keys, `tag`, that argument's values).
+    pub(super) fn key_columns(&self, batch: &RecordBatch, tag: usize) -> Result<Vec<ArrayRef>> {
         let n = batch.num_rows();
-        self.plan
-            .keys
+        let eval = |k: &Arc<dyn PhysicalExpr>| {
+            k.evaluate(batch)
+                .and_then(|c| c.into_array(n))
+                .map(|a| canonical_array(&a))
+                .map_err(|e| Error::eval(&self.view, e))
+        };
+        let Some(t) = &self.plan.tagged else {
+            return self.plan.keys.iter().map(eval).collect();
+        };
+        let mut cols: Vec<ArrayRef> = self.plan.keys[..self.plan.group_keys]
             .iter()
-            .map(|k| {
-                k.evaluate(batch)
-                    .and_then(|c| c.into_array(n))
-                    .map(|a| canonical_array(&a))
-            })
-            .collect::<datafusion::error::Result<Vec<_>>>()
-            .map_err(|e| Error::eval(&self.view, e))
+            .map(eval)
+            .collect::<Result<_>>()?;
+        let index = u8::try_from(tag)
+            .map_err(|_| Error::internal(&self.view, "an argument index past 255"))?;
+        cols.push(Arc::new(UInt8Array::from_value(index, n)));
+        let values = eval(&t.args[tag])?;
+        cols.push(match &t.encode {
+            None => values,
+            // arguments of different types: each value's row-format bytes
+            Some(types) => {
+                let conv = RowConverter::new(vec![SortField::new(types[tag].clone())])?;
+                let rows = conv.convert_columns(&[values])?;
+                Arc::new(BinaryArray::from_iter_values(rows.iter().map(|r| r.data())))
+            }
+        });
+        Ok(cols)
     }
 
     /// An aggregate's argument column, typed for the fold. With `only` (its
@@ -661,86 +681,94 @@ impl IncrementalView {
             }
             let batch = &o.batch;
             let n = batch.num_rows();
-            let key_rows = match &self.converter {
-                None => None,
-                Some(conv) => {
-                    let cols = self.key_columns(batch)?;
-                    Some(match packed_columns(&cols) {
-                        Some(p) => KeyRows::Packed(p),
-                        None => KeyRows::Rows(conv.convert_columns(&cols)?),
-                    })
-                }
-            };
-            let mut args = Vec::with_capacity(m);
-            for a in folds.first.iter().map(|&j| &self.plan.aggs[j]) {
-                let arr = a
-                    .arg
-                    .evaluate(batch)
-                    .and_then(|c| c.into_array(n))
-                    .map_err(|e| Error::eval(&view, e))?;
-                let only = a
-                    .filter
-                    .as_ref()
-                    .map(|f| true_rows(&view, "FILTER", f.as_ref(), batch))
-                    .transpose()?;
-                args.push(self.arg(a, arr, only)?);
-            }
-            // each shard's rows, found once (a global aggregate's rows are all shard 0's)
-            let mut rows_of: Vec<Vec<usize>> = Vec::new();
-            if let (Some(r), true) = (&key_rows, shards > 1) {
-                rows_of = vec![Vec::with_capacity(n / shards + 1); shards];
-                for i in 0..n {
-                    let (p, bytes) = r.get(i);
-                    rows_of[shard_of(p, bytes, shards)].push(i);
-                }
-            }
-            let b = Batch {
-                pass: &pass,
-                key_rows: key_rows.as_ref(),
-                rows_of: &rows_of,
-                times: o.times.values(),
-                args: &args,
-                kinds: &kinds,
-                panes: self.config.panes,
-                windows: &self.plan.windows,
-                w_prev,
-                shards,
-                global: self.plan.group_keys == 0,
-                session: self.plan.keeps_refused_rows(),
-            };
-            let dicts = self.keys.shards_mut();
-            let folded: Vec<std::result::Result<(), thund_dataflows::Error>> =
-                if shards > 1 && n >= PARALLEL_ROWS && key_rows.is_some() {
-                    std::thread::scope(|scope| {
-                        let b = &b;
-                        let mut work = dicts.iter_mut().zip(groups.iter_mut()).enumerate();
-                        let first = work.next();
-                        let helpers: Vec<_> = work
-                            .map(|(s, (d, g))| scope.spawn(move || fold_shard(b, s, d, g)))
-                            .collect();
-                        let mut out: Vec<_> = first
-                            .map(|(s, (d, g))| fold_shard(b, s, d, g))
-                            .into_iter()
-                            .collect();
-                        out.extend(helpers.into_iter().map(|h| {
-                            h.join().unwrap_or_else(|_| {
-                                Err(thund_dataflows::Error::InvalidConfig {
-                                    reason: "an ingest thread panicked".to_string(),
-                                })
-                            })
-                        }));
-                        out
-                    })
-                } else {
-                    dicts
-                        .iter_mut()
-                        .zip(groups.iter_mut())
-                        .enumerate()
-                        .map(|(s, (d, g))| fold_shard(&b, s, d, g))
-                        .collect()
+            // one entry per row, or with several arguments kept per value one per argument
+            let tags = self.plan.tagged.as_ref().map_or(1, |t| t.args.len());
+            for tag in 0..tags {
+                let key_rows = match &self.converter {
+                    None => None,
+                    Some(conv) => {
+                        let cols = self.key_columns(batch, tag)?;
+                        Some(match packed_columns(&cols) {
+                            Some(p) => KeyRows::Packed(p),
+                            None => KeyRows::Rows(conv.convert_columns(&cols)?),
+                        })
+                    }
                 };
-            for r in folded {
-                r.map_err(|e| Error::dataflow(&view, e))?;
+                let mut args = Vec::with_capacity(m);
+                for a in folds.first.iter().map(|&j| &self.plan.aggs[j]) {
+                    let arr = a
+                        .arg
+                        .evaluate(batch)
+                        .and_then(|c| c.into_array(n))
+                        .map_err(|e| Error::eval(&view, e))?;
+                    let only = if a.tag != tag {
+                        // another argument's entries fold it
+                        Some(NullBuffer::new_null(n))
+                    } else {
+                        a.filter
+                            .as_ref()
+                            .map(|f| true_rows(&view, "FILTER", f.as_ref(), batch))
+                            .transpose()?
+                    };
+                    args.push(self.arg(a, arr, only)?);
+                }
+                // each shard's rows, found once (a global aggregate's rows are all shard 0's)
+                let mut rows_of: Vec<Vec<usize>> = Vec::new();
+                if let (Some(r), true) = (&key_rows, shards > 1) {
+                    rows_of = vec![Vec::with_capacity(n / shards + 1); shards];
+                    for i in 0..n {
+                        let (p, bytes) = r.get(i);
+                        rows_of[shard_of(p, bytes, shards)].push(i);
+                    }
+                }
+                let b = Batch {
+                    pass: &pass,
+                    key_rows: key_rows.as_ref(),
+                    rows_of: &rows_of,
+                    times: o.times.values(),
+                    args: &args,
+                    kinds: &kinds,
+                    panes: self.config.panes,
+                    windows: &self.plan.windows,
+                    w_prev,
+                    shards,
+                    global: self.plan.group_keys == 0,
+                    session: self.plan.keeps_refused_rows(),
+                };
+                let dicts = self.keys.shards_mut();
+                let folded: Vec<std::result::Result<(), thund_dataflows::Error>> =
+                    if shards > 1 && n >= PARALLEL_ROWS && key_rows.is_some() {
+                        std::thread::scope(|scope| {
+                            let b = &b;
+                            let mut work = dicts.iter_mut().zip(groups.iter_mut()).enumerate();
+                            let first = work.next();
+                            let helpers: Vec<_> = work
+                                .map(|(s, (d, g))| scope.spawn(move || fold_shard(b, s, d, g)))
+                                .collect();
+                            let mut out: Vec<_> = first
+                                .map(|(s, (d, g))| fold_shard(b, s, d, g))
+                                .into_iter()
+                                .collect();
+                            out.extend(helpers.into_iter().map(|h| {
+                                h.join().unwrap_or_else(|_| {
+                                    Err(thund_dataflows::Error::InvalidConfig {
+                                        reason: "an ingest thread panicked".to_string(),
+                                    })
+                                })
+                            }));
+                            out
+                        })
+                    } else {
+                        dicts
+                            .iter_mut()
+                            .zip(groups.iter_mut())
+                            .enumerate()
+                            .map(|(s, (d, g))| fold_shard(&b, s, d, g))
+                            .collect()
+                    };
+                for r in folded {
+                    r.map_err(|e| Error::dataflow(&view, e))?;
+                }
             }
         }
         // flat: every group's states side by side, one allocation per trigger

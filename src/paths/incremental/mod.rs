@@ -72,7 +72,7 @@ fn key_converter(plan: &CompiledAggregate) -> Result<Option<RowConverter>> {
 }
 
 /// Which aggregates fold the same state: same kind, same argument, same
-/// `FILTER` (`SUM(v)` and `AVG(v)` both keep `(count, sum)` of `v`). The host folds each distinct
+/// `FILTER`, same entries (`SUM(v)` and `AVG(v)` both keep `(count, sum)` of `v`). The host folds each distinct
 /// state once per row and hands it to every aggregate that shares it.
 struct Folds {
     /// The first aggregate of each distinct state, in plan order.
@@ -92,6 +92,7 @@ impl Folds {
                 let same = |&d: &usize| {
                     let b = &plan.aggs[d];
                     b.kind == a.kind
+                        && b.tag == a.tag
                         && b.arg.as_ref() == a.arg.as_ref()
                         && match (&b.filter, &a.filter) {
                             (None, None) => true,
