@@ -151,8 +151,14 @@ impl DistinctGroups {
             Some(&(g, slot)) => (g as usize, slot as usize, false),
             None => {
                 let bytes = group();
-                let g = match w.index.get(bytes) {
-                    Some(&g) => g,
+                // no group keys: the one group, without a lookup of empty
+                // bytes (see `Pruner::keep`: such lookups are slow)
+                let found = match bytes.is_empty() {
+                    true => (!w.groups.is_empty()).then_some(0),
+                    false => w.index.get(bytes).copied(),
+                };
+                let g = match found {
+                    Some(g) => g,
                     None => {
                         self.next_id += 1;
                         w.groups.push(Group {
@@ -161,7 +167,9 @@ impl DistinctGroups {
                             merged: vec![AggState::EMPTY; m],
                         });
                         let g = (w.groups.len() - 1) as u32;
-                        w.index.insert(bytes.into(), g);
+                        if !bytes.is_empty() {
+                            w.index.insert(bytes.into(), g);
+                        }
                         g
                     }
                 };
@@ -318,8 +326,31 @@ impl IncrementalView {
         Ok(Some(group_conv.convert_columns(&cols[..n])?))
     }
 
-    /// Closed entries merged into one update per group (windows stay in order).
-    pub(super) fn merge_closed(&self, closed: &[&Update]) -> Result<Vec<Update>> {
+    /// Closed entries merged into one update per group, in the order of
+    /// windows, then group keys. In Update and Complete modes the open
+    /// groups' merges are held: the closed entries update them (each one
+    /// hash lookup, nothing decoded but entries never seen), else they are
+    /// grouped and merged here.
+    pub(super) fn merge_closed(&mut self, closed: &[&Update]) -> Result<Vec<Update>> {
+        if self.distinct.is_none() {
+            return self.merge_closed_entries(closed);
+        }
+        let mut merged: Vec<Update> = self
+            .merge_changed(closed)?
+            .into_iter()
+            .map(|(u, _)| u)
+            .collect();
+        let keys = &self.keys;
+        merged.sort_by(|a, b| {
+            // a group's keys lead its entries' key bytes (each column's
+            // encoding delimits itself), so these order groups by their keys
+            (a.window, keys.bytes(a.key)).cmp(&(b.window, keys.bytes(b.key)))
+        });
+        Ok(merged)
+    }
+
+    /// [`Self::merge_closed`] from the entries alone.
+    fn merge_closed_entries(&self, closed: &[&Update]) -> Result<Vec<Update>> {
         let rows = self.group_rows(closed)?;
         let bytes = |i: usize| rows.as_ref().map_or(&[][..], |r| r.row(i).data());
         let mut groups: BTreeMap<(Window, &[u8]), Vec<&Update>> = BTreeMap::new();
