@@ -28,7 +28,7 @@
 //! nothing before it twice.
 //!
 //! **Clocks.** Triggers run on tokio's clock. The engine measures idleness
-//! with its own [`Clock`](crate::watermark::Clock); build it with [`TokioClock`] so both
+//! with its own [`Clock`]; build it with [`TokioClock`] so both
 //! read one clock, which tokio's test clock (`tokio::time::pause`) then
 //! drives deterministically.
 //!

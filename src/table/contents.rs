@@ -39,13 +39,21 @@ pub(crate) type WindowKey = (EventTime, EventTime);
 
 const ALL_TIME: WindowKey = (EventTime::MAX, EventTime::MIN);
 
+/// A persistent hash map hashed with Fx, as the host's other maps of
+/// encoded keys are (SipHash was a visible part of a trigger's table upkeep).
+type Map<K, V> =
+    imbl::GenericHashMap<K, V, rustc_hash::FxBuildHasher, imbl::shared_ptr::DefaultSharedPtr>;
+
 /// The persistent part: cheap to clone, what a snapshot holds.
 #[derive(Clone, Default)]
 pub(crate) struct Rows {
     /// Each window's rows by key.
-    windows: imbl::OrdMap<WindowKey, imbl::HashMap<Bytes, Bytes>>,
-    /// Each key's windows (views with a key).
-    by_key: imbl::HashMap<Bytes, imbl::OrdSet<WindowKey>>,
+    windows: imbl::OrdMap<WindowKey, Map<Bytes, Bytes>>,
+    /// Each key's windows in order (views with a key): a key is in few
+    /// windows at once, so a small slice replaced whole on change, not a
+    /// persistent set (whose first node, allocated per key, made up most of
+    /// a trigger's table upkeep).
+    by_key: Map<Bytes, Arc<[WindowKey]>>,
     /// Rows held.
     len: usize,
 }
@@ -54,9 +62,22 @@ impl Rows {
     fn insert(&mut self, w: WindowKey, key: Bytes, row: Bytes, keyed: bool) {
         // an upsert in a window the key is in already leaves the index as it
         // is: reading first spares copying nodes a snapshot shares
-        let indexed = !keyed || self.by_key.get(&key).is_some_and(|ws| ws.contains(&w));
+        let indexed = !keyed
+            || self
+                .by_key
+                .get(&key)
+                .is_some_and(|ws| ws.binary_search(&w).is_ok());
         if !indexed {
-            self.by_key.entry(key.clone()).or_default().insert(w);
+            let ws: Arc<[WindowKey]> = match self.by_key.get(&key) {
+                None => Arc::from([w]),
+                Some(ws) => {
+                    let mut v = ws.to_vec();
+                    let at = v.partition_point(|x| *x < w);
+                    v.insert(at, w);
+                    v.into()
+                }
+            };
+            self.by_key.insert(key.clone(), ws);
         }
         if self
             .windows
@@ -87,12 +108,17 @@ impl Rows {
         };
         self.len -= rows.len();
         for k in rows.keys() {
-            if let Some(ws) = self.by_key.get_mut(k) {
-                ws.remove(&w);
-                if ws.is_empty() {
-                    self.by_key.remove(k);
-                }
+            let Some(ws) = self.by_key.get(k) else {
+                continue;
+            };
+            let rest: Vec<WindowKey> = ws.iter().copied().filter(|x| *x != w).collect();
+            if rest.len() == ws.len() {
+                continue;
             }
+            match rest.is_empty() {
+                true => self.by_key.remove(k),
+                false => self.by_key.insert(k.clone(), rest.into()),
+            };
         }
     }
 

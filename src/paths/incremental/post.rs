@@ -17,8 +17,9 @@ use arrow::datatypes::{Int64Type, SchemaRef};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::TableProvider;
 use datafusion::physical_plan::ExecutionPlan;
-use thund_dataflows::{Step, Update};
+use thund_dataflows::{AggState, Step, Update};
 
+use super::render::GroupStates;
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::changes::changed_rows;
@@ -69,24 +70,27 @@ fn by_window<'a>(updates: impl Iterator<Item = &'a Update>) -> Vec<(Window, Vec<
     out
 }
 
-/// Window `w`'s open groups.
-fn open_groups(open: &super::OpenStates, w: Window) -> Vec<Update> {
-    open.range((w, 0)..=(w, u64::MAX))
-        .map(|((w, k), a)| Update {
-            window: *w,
-            key: *k,
-            aggs: a.clone(),
-        })
-        .collect()
+/// An open group, borrowed where the host keeps it.
+type OpenGroup<'a> = (&'a (Window, u64), &'a Vec<AggState>);
+
+/// Window `w`'s open groups (borrowed: a changed window's groups are read,
+/// not copied).
+fn open_groups(open: &super::OpenStates, w: Window) -> Vec<OpenGroup<'_>> {
+    open.range((w, 0)..=(w, u64::MAX)).collect()
 }
 
 impl IncrementalView {
     /// The rest of the query over window `win`'s groups `groups`.
-    fn post_eval(&self, post: &PostRun, win: Window, groups: &[&Update]) -> Result<RecordBatch> {
-        let shown: Vec<&Update> = groups
+    fn post_eval<G: GroupStates>(
+        &self,
+        post: &PostRun,
+        win: Window,
+        groups: &[G],
+    ) -> Result<RecordBatch> {
+        let shown: Vec<G> = groups
             .iter()
             .copied()
-            .filter(|u| self.plan.group_keys == 0 || u.aggs.last().is_some_and(|s| s.count > 0))
+            .filter(|u| self.plan.group_keys == 0 || u.states().last().is_some_and(|s| s.count > 0))
             .collect();
         let agg = self.agg_rows(&shown)?;
         let cols = match &post.expand {
@@ -163,8 +167,7 @@ impl IncrementalView {
             windows.dedup();
             for w in windows {
                 let groups = open_groups(&self.open, w);
-                let refs: Vec<&Update> = groups.iter().collect();
-                let res = self.post_eval(&post, w, &refs)?;
+                let res = self.post_eval(&post, w, &groups)?;
                 post.shown.insert(w, res);
             }
             Ok(())
@@ -211,8 +214,7 @@ impl IncrementalView {
                 changed.dedup();
                 for w in changed {
                     let groups = open_groups(&self.open, w);
-                    let refs: Vec<&Update> = groups.iter().collect();
-                    let res = self.post_eval(post, w, &refs)?;
+                    let res = self.post_eval(post, w, &groups)?;
                     let emit = changed_rows(post.shown.get(&w), &res)?;
                     out.batches.push(self.post_rows(w, &emit, Some(false))?);
                     post.shown.insert(w, res);
@@ -233,8 +235,7 @@ impl IncrementalView {
                 windows.dedup();
                 for w in windows {
                     let groups = open_groups(&self.open, w);
-                    let refs: Vec<&Update> = groups.iter().collect();
-                    let res = self.post_eval(post, w, &refs)?;
+                    let res = self.post_eval(post, w, &groups)?;
                     out.batches.push(self.post_rows(w, &res, None)?);
                 }
             }

@@ -12,7 +12,7 @@ use arrow::array::{
 };
 use arrow::compute::{cast, filter_record_batch, lexsort_to_indices, SortColumn};
 use arrow::datatypes::{DataType, Field, Schema};
-use thund_dataflows::{Update, Value};
+use thund_dataflows::{AggState, Update, Value};
 
 use super::keys::KeyBytes;
 use super::IncrementalView;
@@ -21,16 +21,48 @@ use crate::plan::{ordered_as_integer, AggFunc, CompiledAgg, PerValue, TopN};
 use crate::time::{bound_array, EventTime};
 use crate::window::Window;
 
+/// A group as rendering reads it: its window, key id and states (a
+/// dataflow update, or an open group borrowed where the host keeps it).
+pub(super) trait GroupStates: Copy {
+    fn window(&self) -> Window;
+    fn key(&self) -> u64;
+    fn states(&self) -> &[AggState];
+}
+
+impl GroupStates for &Update {
+    fn window(&self) -> Window {
+        self.window
+    }
+    fn key(&self) -> u64 {
+        self.key
+    }
+    fn states(&self) -> &[AggState] {
+        &self.aggs
+    }
+}
+
+impl GroupStates for (&(Window, u64), &Vec<AggState>) {
+    fn window(&self) -> Window {
+        self.0 .0
+    }
+    fn key(&self) -> u64 {
+        self.0 .1
+    }
+    fn states(&self) -> &[AggState] {
+        self.1
+    }
+}
+
 impl IncrementalView {
     /// The Aggregate node's rows of `updates`: keys decoded, accumulators
     /// as columns of the types it declares (before HAVING and the select list).
-    pub(super) fn agg_rows(&self, updates: &[&Update]) -> Result<RecordBatch> {
+    pub(super) fn agg_rows<G: GroupStates>(&self, updates: &[G]) -> Result<RecordBatch> {
         let mut cols: Vec<ArrayRef> = Vec::new();
         if let Some(conv) = &self.converter {
             let parser = conv.parser();
             let rows: Vec<_> = updates
                 .iter()
-                .map(|u| parser.parse(self.keys.bytes(u.key)))
+                .map(|u| parser.parse(self.keys.bytes(u.key())))
                 .collect();
             // the group keys (a DISTINCT argument, the last key, is not shown)
             let keys = conv.convert_rows(rows)?;
@@ -158,8 +190,8 @@ impl IncrementalView {
     }
 
     /// One aggregate's output column, in the type the Aggregate node declares.
-    fn column(&self, a: &CompiledAgg, updates: &[&Update], j: usize) -> Result<ArrayRef> {
-        let st = |u: &&Update| u.aggs[j];
+    fn column<G: GroupStates>(&self, a: &CompiledAgg, updates: &[G], j: usize) -> Result<ArrayRef> {
+        let st = |u: &G| u.states()[j];
         let int = |v: &Value| match v {
             Value::Int(i) => Some(*i),
             _ => None,
@@ -196,8 +228,8 @@ impl IncrementalView {
                                     view: self.view.clone(),
                                     aggregate: a.name.clone(),
                                     data_type: a.output_type.to_string(),
-                                    window_start: u.window.start,
-                                    window_end: u.window.end,
+                                    window_start: u.window().start,
+                                    window_end: u.window().end,
                                     value: format!("{sum} × {mul}"),
                                 })
                         })
@@ -250,8 +282,8 @@ impl IncrementalView {
                             view: self.view.clone(),
                             aggregate: a.name.clone(),
                             data_type: dt.to_string(),
-                            window_start: u.window.start,
-                            window_end: u.window.end,
+                            window_start: u.window().start,
+                            window_end: u.window().end,
                             value: i.to_string(),
                         });
                     }
@@ -278,14 +310,14 @@ impl IncrementalView {
     /// A `MIN`/`MAX` kept per value: each state holds the key id of the
     /// entry whose value it is (see `distinct`); the column is those
     /// entries' last key column, NULL where a group has none.
-    fn value_column(&self, updates: &[&Update], j: usize) -> Result<ArrayRef> {
+    fn value_column<G: GroupStates>(&self, updates: &[G], j: usize) -> Result<ArrayRef> {
         let Some(conv) = &self.converter else {
             return Err(Error::internal(&self.view, "a value kept without keys"));
         };
         let ids: Vec<Option<u64>> = updates
             .iter()
-            .map(|u| match u.aggs[j].value {
-                Value::Int(i) if u.aggs[j].count > 0 => u64::try_from(i).ok(),
+            .map(|u| match u.states()[j].value {
+                Value::Int(i) if u.states()[j].count > 0 => u64::try_from(i).ok(),
                 _ => None,
             })
             .collect();
