@@ -12,7 +12,8 @@
 //!
 //! Then the other incremental shapes (issue 10) over the same stream, at
 //! tumbling 10 s and 1 h: aggregates with `FILTER (WHERE …)`, `MIN`/`MAX`
-//! of a timestamp and of a string, `COUNT(DISTINCT …)`, the top 3 per
+//! of a timestamp and of a string, `COUNT(DISTINCT …)` of one argument and
+//! of two (each with its `FILTER`, as Nexmark q15/q16), the top 3 per
 //! window (`ORDER BY … LIMIT`), `SELECT DISTINCT` and the auctions with the
 //! most bids per window (Nexmark q5's shape: an aggregate, then a query over
 //! its groups), the bids holding each window's highest price (q7's shape) and
@@ -63,6 +64,12 @@ const SHAPES: &[(&str, &str)] = &[
         "distinct counts",
         "SELECT auction, COUNT(*) AS bids, COUNT(DISTINCT price / 100) AS bands FROM bids \
          GROUP BY auction",
+    ),
+    (
+        "distinct counts of two arguments (q15/q16)",
+        "SELECT auction % 20 AS a20, COUNT(*) AS bids, COUNT(DISTINCT auction) AS auctions, \
+         COUNT(DISTINCT price / 100) FILTER (WHERE price < 5000) AS cheap_bands FROM bids \
+         GROUP BY auction % 20",
     ),
     (
         "min/max of a string",

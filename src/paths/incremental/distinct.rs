@@ -327,19 +327,22 @@ impl IncrementalView {
     }
 
     /// Closed entries merged into one update per group, in the order of
-    /// windows, then group keys. In Update and Complete modes the open
-    /// groups' merges are held: the closed entries update them (each one
-    /// hash lookup, nothing decoded but entries never seen), else they are
-    /// grouped and merged here.
+    /// windows, then group keys. In Update and Complete modes the merges of
+    /// groups open before this trigger are held: their closed entries update
+    /// them (each one hash lookup, nothing decoded but entries never seen);
+    /// the rest are grouped and merged here.
     pub(super) fn merge_closed(&mut self, closed: &[&Update]) -> Result<Vec<Update>> {
-        if self.distinct.is_none() {
-            return self.merge_closed_entries(closed);
+        // a window opened and closed within this trigger has no groups held
+        let (held, fresh): (Vec<&Update>, Vec<&Update>) = closed.iter().copied().partition(|u| {
+            self.distinct
+                .as_ref()
+                .is_some_and(|d| d.by_window.contains_key(&u.window))
+        });
+        let mut merged = self.merge_closed_entries(&fresh)?;
+        if held.is_empty() {
+            return Ok(merged);
         }
-        let mut merged: Vec<Update> = self
-            .merge_changed(closed)?
-            .into_iter()
-            .map(|(u, _)| u)
-            .collect();
+        merged.extend(self.merge_changed(&held)?.into_iter().map(|(u, _)| u));
         let keys = &self.keys;
         merged.sort_by(|a, b| {
             // a group's keys lead its entries' key bytes (each column's
