@@ -236,8 +236,8 @@ pub(crate) struct Tagged {
     /// The arguments, in the order their index names them.
     pub args: Vec<Arc<dyn PhysicalExpr>>,
     /// Their types differ: the value column holds each value's row-format
-    /// bytes (`Binary`), else the value itself.
-    pub encode: Option<Vec<DataType>>,
+    /// bytes (`Binary`), by each argument's encoder; else the value itself.
+    pub encode: Option<Vec<arrow::row::RowConverter>>,
 }
 
 /// An aggregate kept per value of its argument: what a group's output reads
@@ -279,14 +279,17 @@ pub(crate) struct CompiledAggregate {
     /// WHERE predicates, on source batches.
     pub filters: Vec<Arc<dyn PhysicalExpr>>,
     /// The dataflow's keys, on source batches: the group keys, then the
-    /// argument of `COUNT(DISTINCT …)` if there is one.
+    /// argument of `COUNT(DISTINCT …)` if there is one (with several, see
+    /// `tagged`: the group keys only).
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
-    /// Their fields (names and types).
+    /// The dataflow's key fields (names and types): the group keys', then
+    /// those of the value kept per value (with several arguments, the
+    /// argument's index and the value).
     pub key_fields: Vec<Field>,
     /// How many of `keys` are group keys (all but a DISTINCT argument).
     pub group_keys: usize,
-    /// More than one argument kept per value: `keys` end with the argument's
-    /// index and the first argument, and each row is one entry per argument.
+    /// More than one argument kept per value: each row is one entry per
+    /// argument, its key the group keys, the argument's index and its value.
     pub tagged: Option<Tagged>,
     /// The aggregates, in the Aggregate node's order.
     pub aggs: Vec<CompiledAgg>,
@@ -310,6 +313,12 @@ pub(crate) struct CompiledAggregate {
 }
 
 impl CompiledAggregate {
+    /// Whether some aggregate is kept per value of its argument: the
+    /// dataflow's keys are then entries (group and value), merged per group.
+    pub fn keeps_per_value(&self) -> bool {
+        self.key_fields.len() > self.group_keys
+    }
+
     /// Whether rows WHERE refuses still make their group slot (session
     /// windows: they extend their session; a post stage: they make their
     /// window exist), with three more states per group after the aggregates
@@ -614,14 +623,19 @@ pub(super) fn compile(
             output_type,
         });
     }
-    for (arg, dt) in &value_args {
-        if arrow::row::RowConverter::new(vec![arrow::row::SortField::new(dt.clone())]).is_err() {
-            return Err(FallbackReason::KeyNotEncodable {
-                key: arg.to_string(),
-                data_type: dt.to_string(),
-            });
-        }
-    }
+    // each argument's encoder (a value key must encode; with arguments of
+    // different types, values are kept as their encoded bytes)
+    let encoders = value_args
+        .iter()
+        .map(|(arg, dt)| {
+            arrow::row::RowConverter::new(vec![arrow::row::SortField::new(dt.clone())]).map_err(
+                |_| FallbackReason::KeyNotEncodable {
+                    key: arg.to_string(),
+                    data_type: dt.to_string(),
+                },
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let tagged = match value_args.as_slice() {
         [] => None,
         [(arg, dt)] => {
@@ -629,15 +643,9 @@ pub(super) fn compile(
             key_fields.push(Field::new(format!("value({arg})"), dt.clone(), true));
             None
         }
-        [(first, dt), rest @ ..] => {
-            let types: Vec<DataType> = value_args.iter().map(|(_, t)| t.clone()).collect();
+        [(_, dt), rest @ ..] => {
             let same = rest.iter().all(|(_, t)| t == dt);
             let names: Vec<String> = value_args.iter().map(|(a, _)| a.to_string()).collect();
-            keys.push(phys(
-                &Expr::Literal(datafusion::common::ScalarValue::UInt8(Some(0)), None),
-                input,
-            )?);
-            keys.push(phys(first, input)?);
             key_fields.push(Field::new("argument", DataType::UInt8, false));
             key_fields.push(Field::new(
                 format!("value({})", names.join(", ")),
@@ -649,7 +657,7 @@ pub(super) fn compile(
                     .iter()
                     .map(|(a, _)| phys(a, input))
                     .collect::<Result<Vec<_>, _>>()?,
-                encode: (!same).then_some(types),
+                encode: (!same).then_some(encoders),
             })
         }
     };

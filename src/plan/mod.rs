@@ -20,7 +20,7 @@ use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 
 pub(crate) use aggregate::{
-    ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue, PostPlan, Prune, TopN,
+    ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue, PostPlan, Prune, Tagged, TopN,
 };
 pub use aggregate::{AggFunc, AggregatePlan, AggregateSpec, OrderSpec};
 pub use join::JoinPlan;
@@ -365,7 +365,7 @@ pub(crate) fn plan_view(
                 query_schema.clone(),
                 ctx,
             )?;
-            if compiled.keys.len() > compiled.group_keys {
+            if compiled.keeps_per_value() {
                 return Err(FallbackReason::SessionShape {
                     what: "aggregates kept per value (COUNT(DISTINCT …), MIN/MAX of strings) \
                            are not incremental"
@@ -416,7 +416,7 @@ fn over_one_input(
         let (mut plan, mut compiled) =
             aggregate::compile(source, &s, windows, bound.clone(), query_schema, ctx)?;
         // values kept per value are merged on output: not built under a post stage
-        if compiled.keys.len() > compiled.group_keys {
+        if compiled.keeps_per_value() {
             return Err(reason);
         }
         plan.post = Some(split.rest.display_indent().to_string());
@@ -519,7 +519,7 @@ fn top_rows(
     let s = shape::shape(&top.aggregate)?;
     let (mut plan, mut compiled) =
         aggregate::compile(source, &s, windows, bound.clone(), query_schema, ctx)?;
-    if compiled.keys.len() > compiled.group_keys {
+    if compiled.keeps_per_value() {
         return Err(reason);
     }
     let input = s.aggregate.input.schema().clone();

@@ -14,7 +14,7 @@ use arrow::array::{
 use arrow::buffer::NullBuffer;
 use arrow::compute::{cast, filter_record_batch};
 use arrow::datatypes::{DataType, Int64Type};
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::Rows;
 use datafusion::physical_expr::PhysicalExpr;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::sql::checked::canonical_array;
 use crate::paths::OnTime;
-use crate::plan::CompiledAgg;
+use crate::plan::{CompiledAgg, Tagged};
 use crate::time::EventTime;
 use crate::window::{TimeWindows, Window};
 
@@ -536,37 +536,47 @@ fn fold_ints(
 }
 
 impl IncrementalView {
-    /// The dataflow's key columns of a batch, canonical (`-0.0` as `0.0`, one
-    /// NaN); with several arguments kept per value, those of argument `tag`'s
-    /// entries (the group keys, `tag`, that argument's values).
-    pub(super) fn key_columns(&self, batch: &RecordBatch, tag: usize) -> Result<Vec<ArrayRef>> {
-        let n = batch.num_rows();
-        let eval = |k: &Arc<dyn PhysicalExpr>| {
-            k.evaluate(batch)
-                .and_then(|c| c.into_array(n))
-                .map(|a| canonical_array(&a))
-                .map_err(|e| Error::eval(&self.view, e))
-        };
-        let Some(t) = &self.plan.tagged else {
-            return self.plan.keys.iter().map(eval).collect();
-        };
-        let mut cols: Vec<ArrayRef> = self.plan.keys[..self.plan.group_keys]
+    /// The dataflow's key columns of a batch (`keys`: with several arguments
+    /// kept per value, the group keys only), canonical (`-0.0` as `0.0`, one NaN).
+    pub(super) fn key_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        self.plan
+            .keys
             .iter()
-            .map(eval)
-            .collect::<Result<_>>()?;
+            .map(|k| self.canonical(k.as_ref(), batch))
+            .collect()
+    }
+
+    /// One expression over a batch, canonical (`-0.0` as `0.0`, one NaN).
+    fn canonical(&self, e: &dyn PhysicalExpr, batch: &RecordBatch) -> Result<ArrayRef> {
+        e.evaluate(batch)
+            .and_then(|c| c.into_array(batch.num_rows()))
+            .map(|a| canonical_array(&a))
+            .map_err(|err| Error::eval(&self.view, err))
+    }
+
+    /// With several arguments kept per value, the key columns of argument
+    /// `tag`'s entries: the group keys' `groups`, `tag`, that argument's values.
+    fn argument_key_columns(
+        &self,
+        t: &Tagged,
+        groups: &[ArrayRef],
+        batch: &RecordBatch,
+        tag: usize,
+    ) -> Result<Vec<ArrayRef>> {
         let index = u8::try_from(tag)
             .map_err(|_| Error::internal(&self.view, "an argument index past 255"))?;
-        cols.push(Arc::new(UInt8Array::from_value(index, n)));
-        let values = eval(&t.args[tag])?;
-        cols.push(match &t.encode {
+        let values = self.canonical(t.args[tag].as_ref(), batch)?;
+        let values: ArrayRef = match &t.encode {
             None => values,
             // arguments of different types: each value's row-format bytes
-            Some(types) => {
-                let conv = RowConverter::new(vec![SortField::new(types[tag].clone())])?;
-                let rows = conv.convert_columns(&[values])?;
+            Some(encoders) => {
+                let rows = encoders[tag].convert_columns(&[values])?;
                 Arc::new(BinaryArray::from_iter_values(rows.iter().map(|r| r.data())))
             }
-        });
+        };
+        let mut cols = groups.to_vec();
+        cols.push(Arc::new(UInt8Array::from_value(index, batch.num_rows())));
+        cols.push(values);
         Ok(cols)
     }
 
@@ -681,26 +691,45 @@ impl IncrementalView {
             }
             let batch = &o.batch;
             let n = batch.num_rows();
+            // the keys and arguments evaluated once per batch
+            let keys = match &self.converter {
+                None => Vec::new(),
+                Some(_) => self.key_columns(batch)?,
+            };
+            let arrs = folds
+                .first
+                .iter()
+                .map(|&j| {
+                    self.plan.aggs[j]
+                        .arg
+                        .evaluate(batch)
+                        .and_then(|c| c.into_array(n))
+                        .map_err(|e| Error::eval(&view, e))
+                })
+                .collect::<Result<Vec<_>>>()?;
             // one entry per row, or with several arguments kept per value one per argument
             let tags = self.plan.tagged.as_ref().map_or(1, |t| t.args.len());
             for tag in 0..tags {
                 let key_rows = match &self.converter {
                     None => None,
                     Some(conv) => {
-                        let cols = self.key_columns(batch, tag)?;
-                        Some(match packed_columns(&cols) {
+                        let tagged;
+                        let cols = match &self.plan.tagged {
+                            None => &keys,
+                            Some(t) => {
+                                tagged = self.argument_key_columns(t, &keys, batch, tag)?;
+                                &tagged
+                            }
+                        };
+                        Some(match packed_columns(cols) {
                             Some(p) => KeyRows::Packed(p),
-                            None => KeyRows::Rows(conv.convert_columns(&cols)?),
+                            None => KeyRows::Rows(conv.convert_columns(cols)?),
                         })
                     }
                 };
                 let mut args = Vec::with_capacity(m);
-                for a in folds.first.iter().map(|&j| &self.plan.aggs[j]) {
-                    let arr = a
-                        .arg
-                        .evaluate(batch)
-                        .and_then(|c| c.into_array(n))
-                        .map_err(|e| Error::eval(&view, e))?;
+                for (a, arr) in folds.first.iter().map(|&j| &self.plan.aggs[j]).zip(&arrs) {
+                    let arr = arr.clone();
                     let only = if a.tag != tag {
                         // another argument's entries fold it
                         Some(NullBuffer::new_null(n))

@@ -60,7 +60,7 @@ fn updates_of(states: &OpenStates) -> Vec<Update> {
 
 /// The encoder of a plan's group keys (`None` for a global aggregate).
 fn key_converter(plan: &CompiledAggregate) -> Result<Option<RowConverter>> {
-    if plan.keys.is_empty() {
+    if plan.key_fields.is_empty() {
         return Ok(None);
     }
     let fields = plan
@@ -304,7 +304,7 @@ impl ViewRuntime for IncrementalView {
         };
         // COUNT(DISTINCT …): the dataflow's entries are (group, value); a
         // group's row merges its entries (see `distinct`)
-        let distinct = self.plan.keys.len() > self.plan.group_keys;
+        let distinct = self.plan.keeps_per_value();
         let entries: Vec<&Update> = step.closed.iter().collect();
         let merged_closed = match distinct {
             true => self.merge_closed(&entries)?,

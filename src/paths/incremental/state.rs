@@ -185,7 +185,7 @@ impl IncrementalView {
             .collect();
         let closed: Vec<RecordBatch> = loaded.batches(operator::COMPLETE_CLOSED).cloned().collect();
         let bad = |m: &str| Error::format(&self.view, format!("{}: {m}", operator::AGGREGATE));
-        let n_keys = self.plan.keys.len();
+        let n_keys = self.plan.key_fields.len();
         state.sort_by_key(|(e, _)| *e);
         self.keys = Keys::new(self.config.workers);
         // a top-rows query's rule starts over: it lets more rows through, never fewer
@@ -270,7 +270,7 @@ impl IncrementalView {
                 self.closed_results = ClosedResults::restored(closed.clone());
             }
         }
-        let distinct = self.plan.keys.len() > self.plan.group_keys;
+        let distinct = self.plan.keeps_per_value();
         self.distinct = None;
         let ranked = self.plan.order.is_some() || self.plan.post.is_some();
         self.shown = Shown::default();
