@@ -211,33 +211,8 @@ impl DistinctGroups {
                 (Kept::Seen(b), _) if seen[b / 64] >> (b % 64) & 1 == 1 || new.count <= 0 => {}
                 (Kept::Seen(b), p) => {
                     seen[b / 64] |= 1 << (b % 64);
-                    match p {
-                        Some(PerValue::CountDistinct) => {
-                            m.count += 1;
-                            m.value = Value::Int(i128::from(m.count));
-                        }
-                        // the value joins the sum (its state is MAX(x): x itself)
-                        Some(PerValue::SumDistinct) => m.combine(AggKind::SumInt, &one(new))?,
-                        Some(p) => {
-                            let better = match m.value {
-                                Value::Int(best) if m.count > 0 => {
-                                    let ord = keys.bytes(u.key).cmp(keys.bytes(best as u64));
-                                    if p == PerValue::Min {
-                                        ord.is_lt()
-                                    } else {
-                                        ord.is_gt()
-                                    }
-                                }
-                                _ => true,
-                            };
-                            if better {
-                                *m = AggState {
-                                    count: 1,
-                                    value: Value::Int(i128::from(u.key)),
-                                };
-                            }
-                        }
-                        None => {}
+                    if let Some(p) = p {
+                        joins(p, m, u.key, new, keys)?;
                     }
                 }
             }
@@ -474,45 +449,57 @@ fn merge<'a>(
     keys: &impl KeyBytes,
 ) -> Result<Vec<AggState>> {
     let mut out = vec![AggState::EMPTY; aggs.len()];
-    let mut best: Vec<Option<u64>> = vec![None; aggs.len()];
     for (key, e) in entries {
-        for (((o, b), a), x) in out.iter_mut().zip(&mut best).zip(aggs).zip(e) {
+        for ((o, a), x) in out.iter_mut().zip(aggs).zip(e) {
             match a.per_value {
-                None => o.combine(a.kind, x).map_err(|e| Error::dataflow(view, e))?,
-                Some(_) if x.count <= 0 => {}
-                Some(PerValue::CountDistinct) => o.count += 1,
-                Some(PerValue::SumDistinct) => o
-                    .combine(AggKind::SumInt, &one(x))
-                    .map_err(|e| Error::dataflow(view, e))?,
-                Some(p) => {
-                    let better = |old: &u64| {
-                        let ord = keys.bytes(key).cmp(keys.bytes(*old));
-                        if p == PerValue::Min {
-                            ord.is_lt()
-                        } else {
-                            ord.is_gt()
-                        }
-                    };
-                    if b.as_ref().is_none_or(better) {
-                        *b = Some(key);
-                    }
-                }
+                None => o.combine(a.kind, x),
+                Some(_) if x.count <= 0 => Ok(()),
+                Some(p) => joins(p, o, key, x, keys),
             }
+            .map_err(|e| Error::dataflow(view, e))?;
         }
     }
-    for ((o, b), a) in out.iter_mut().zip(best).zip(aggs) {
-        match (a.per_value, b) {
-            (Some(PerValue::CountDistinct), _) if o.count > 0 => {
-                o.value = Value::Int(i128::from(o.count));
-            }
-            (Some(PerValue::Min | PerValue::Max), Some(key)) => {
-                *o = AggState {
+    Ok(out)
+}
+
+/// A value (entry `key`, whose count is positive, with state `entry`)
+/// joins its group's merged state `m` of an aggregate kept per value:
+/// `COUNT(DISTINCT …)` counts it, `SUM(DISTINCT …)` adds it, `MIN`/`MAX`
+/// keep the key id of the least or greatest entry (their keys order them
+/// as their values).
+fn joins(
+    p: PerValue,
+    m: &mut AggState,
+    key: u64,
+    entry: &AggState,
+    keys: &impl KeyBytes,
+) -> std::result::Result<(), thund_dataflows::Error> {
+    match p {
+        PerValue::CountDistinct => {
+            m.count += 1;
+            m.value = Value::Int(i128::from(m.count));
+        }
+        // the value's state is MAX(x): x itself
+        PerValue::SumDistinct => m.combine(AggKind::SumInt, &one(entry))?,
+        PerValue::Min | PerValue::Max => {
+            let better = match m.value {
+                Value::Int(best) if m.count > 0 => {
+                    let ord = keys.bytes(key).cmp(keys.bytes(best as u64));
+                    if p == PerValue::Min {
+                        ord.is_lt()
+                    } else {
+                        ord.is_gt()
+                    }
+                }
+                _ => true,
+            };
+            if better {
+                *m = AggState {
                     count: 1,
                     value: Value::Int(i128::from(key)),
                 };
             }
-            _ => {}
         }
     }
-    Ok(out)
+    Ok(())
 }
