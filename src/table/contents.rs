@@ -62,22 +62,18 @@ impl Rows {
     fn insert(&mut self, w: WindowKey, key: Bytes, row: Bytes, keyed: bool) {
         // an upsert in a window the key is in already leaves the index as it
         // is: reading first spares copying nodes a snapshot shares
-        let indexed = !keyed
-            || self
-                .by_key
-                .get(&key)
-                .is_some_and(|ws| ws.binary_search(&w).is_ok());
-        if !indexed {
-            let ws: Arc<[WindowKey]> = match self.by_key.get(&key) {
-                None => Arc::from([w]),
-                Some(ws) => {
+        if keyed {
+            let ws: Option<Arc<[WindowKey]>> = match self.by_key.get(&key) {
+                None => Some(Arc::from([w])),
+                Some(ws) => ws.binary_search(&w).err().map(|at| {
                     let mut v = ws.to_vec();
-                    let at = v.partition_point(|x| *x < w);
                     v.insert(at, w);
                     v.into()
-                }
+                }),
             };
-            self.by_key.insert(key.clone(), ws);
+            if let Some(ws) = ws {
+                self.by_key.insert(key.clone(), ws);
+            }
         }
         if self
             .windows
