@@ -337,6 +337,9 @@ pub(crate) struct PostPlan {
     /// is this group key (`None`: a column never read, filled with a
     /// default), and each group is repeated as often as its count says.
     pub expand: Option<Vec<Option<usize>>>,
+    /// A top-rows query whose result is the union of its partitions' (see
+    /// `plan::rows`): the partition expressions over `table`'s rows.
+    pub by_partition: Option<Vec<(Arc<dyn PhysicalExpr>, DataType)>>,
 }
 
 /// A top-rows query's rule (see `plan::rows`): a row with `n` rows strictly

@@ -424,6 +424,7 @@ fn over_one_input(
             rest: split.rest,
             table: split.table,
             expand: None,
+            by_partition: None,
         });
         return Ok((plan, compiled));
     }
@@ -564,6 +565,7 @@ fn top_rows(
         .collect::<Result<Vec<_>, _>>()?;
     plan.keep = Some(top.describe);
     plan.post = Some(top.rest.display_indent().to_string());
+    let by_partition = top.by_partition.then(|| partition.clone());
     compiled.prune = Some(Prune {
         partition,
         order,
@@ -573,6 +575,7 @@ fn top_rows(
         rest: top.rest,
         table: top.table,
         expand: Some(top.columns),
+        by_partition,
     });
     Ok((plan, compiled))
 }

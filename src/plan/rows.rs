@@ -54,6 +54,10 @@ pub(crate) struct TopRows {
     pub order: Vec<Sort>,
     /// …and only the first `n` ranks (and ties with them) are candidates.
     pub n: usize,
+    /// Whether the query's result is the union of its partitions' results:
+    /// it ranks within partitions and only projects and filters the ranked
+    /// rows, so a changed window need re-evaluate only its changed partitions.
+    pub by_partition: bool,
     /// How `explain` names the rule.
     pub describe: String,
 }
@@ -290,6 +294,48 @@ pub(crate) fn top_rows(plan: &LogicalPlan) -> Result<Option<TopRows>, FallbackRe
     }
 }
 
+/// Whether an expression of `plan` holds a subquery.
+fn has_subquery(plan: &LogicalPlan) -> bool {
+    plan.expressions().iter().any(|e| {
+        e.exists(|x| {
+            Ok(matches!(
+                x,
+                Expr::ScalarSubquery(_) | Expr::InSubquery(_) | Expr::Exists(_)
+            ))
+        })
+        .unwrap_or(true)
+    })
+}
+
+/// Whether `plan` is only row-wise steps (projections, filters, aliases,
+/// without subqueries) down to the node that ranks within partitions, and
+/// that node's projection down to its window function: each output row then
+/// comes from one partition's rows, and a partition's output rows from its
+/// rows alone.
+fn row_wise_to_ranks(plan: &LogicalPlan) -> bool {
+    fn to_window(p: &LogicalPlan) -> bool {
+        match p {
+            LogicalPlan::Window(_) => true,
+            LogicalPlan::Projection(_) | LogicalPlan::SubqueryAlias(_) => {
+                !has_subquery(p) && p.inputs().iter().all(|i| to_window(i))
+            }
+            _ => false,
+        }
+    }
+    if has_subquery(plan) {
+        return false;
+    }
+    if let Some(r) = numbered(plan) {
+        return !r.partition.is_empty() && plan.inputs().iter().all(|i| to_window(i));
+    }
+    match plan {
+        LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
+            plan.inputs().iter().all(|i| row_wise_to_ranks(i))
+        }
+        _ => false,
+    }
+}
+
 /// The one node of `plan` that ranks the source's rows, if `plan` reads the
 /// source only there (and in the extremum's subquery).
 fn ranked(plan: &LogicalPlan) -> Option<Ranked<'_>> {
@@ -395,11 +441,16 @@ fn assemble(plan: &LogicalPlan, r: Ranked<'_>, read: &[bool]) -> Option<TopRows>
         true => String::new(),
         false => format!(" within {}", p.join(", ")),
     };
+    let by_partition = row_wise_to_ranks(plan);
     let describe = format!(
-        "rows by {}{within}: the first {} and their ties ({})",
+        "rows by {}{within}: the first {} and their ties ({}){}",
         o.join(", "),
         r.n,
-        r.what
+        r.what,
+        match by_partition {
+            true => "; a changed window re-evaluates only its changed partitions",
+            false => "",
+        }
     );
     Some(TopRows {
         aggregate,
@@ -409,6 +460,7 @@ fn assemble(plan: &LogicalPlan, r: Ranked<'_>, read: &[bool]) -> Option<TopRows>
         partition: r.partition,
         order: r.order,
         n: r.n,
+        by_partition,
         describe,
     })
 }

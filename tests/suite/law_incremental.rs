@@ -87,6 +87,10 @@ const TOP_ROWS: &[&str] = &[
     "SELECT k, g, v, rn FROM (SELECT k, g, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC NULLS LAST, g, ts) AS rn \
      FROM t WHERE v IS NOT NULL) AS x WHERE rn <= 2",
     "SELECT g, v, r FROM (SELECT g, v, RANK() OVER (PARTITION BY g ORDER BY d DESC, v) AS r FROM t) AS x WHERE r < 3",
+    // … the first rows per partition aggregated over all partitions (a changed
+    // window is not re-evaluated per partition) …
+    "SELECT COUNT(*) AS n, SUM(v) AS s, MAX(k) AS mk FROM (SELECT k, v, RANK() OVER (PARTITION BY g ORDER BY v DESC NULLS LAST) AS r \
+     FROM t) AS x WHERE r <= 2",
     // … and ORDER BY … LIMIT over the rows
     "SELECT k, v, g FROM t ORDER BY v DESC, k, g LIMIT 3",
     "SELECT g, d FROM t WHERE k <> 2 ORDER BY d NULLS FIRST, g LIMIT 2 OFFSET 1",

@@ -8,15 +8,19 @@
 //! refused has no groups, and the rest of the query runs over none), as the
 //! recompute path evaluates every window that took rows.
 
+use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{new_null_array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::take;
 use arrow::datatypes::{Int64Type, SchemaRef};
+use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::TableProvider;
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
+use rustc_hash::FxHashMap;
 use thund_dataflows::{AggState, Step, Update};
 
 use super::render::GroupStates;
@@ -39,8 +43,35 @@ pub(super) struct PostRun {
     table: Arc<LiveTable>,
     /// A top-rows query: the table's columns from the candidates' keys.
     expand: Option<Vec<Option<usize>>>,
-    /// Update mode: what each open window's result was at its last change.
+    /// Update mode: what each open window's result was at its last change
+    /// (not kept when `parts` is: a window's changed partitions are
+    /// evaluated before and after their change instead).
     shown: BTreeMap<Window, RecordBatch>,
+    /// Update mode, a result that is the union of its partitions' (see
+    /// `plan::rows`): each open window's groups by partition.
+    parts: Option<Partitions>,
+}
+
+/// The partitions of a top-rows query's open groups, per window: a window
+/// whose groups changed re-evaluates the query over its changed partitions
+/// only, before and after the change, and emits the new rows less the old.
+/// (Over the whole window, the rows of the other partitions are in both
+/// results and cancel out.)
+struct Partitions {
+    exprs: Vec<Arc<dyn PhysicalExpr>>,
+    conv: RowConverter,
+    windows: FxHashMap<Window, WindowParts>,
+}
+
+/// One window's groups by partition.
+#[derive(Default)]
+struct WindowParts {
+    /// Each group's partition (an index into `groups`).
+    of_key: FxHashMap<u64, u32>,
+    /// Each partition's index, by its key bytes.
+    index: FxHashMap<Box<[u8]>, u32>,
+    /// Each partition's groups.
+    groups: Vec<Vec<u64>>,
 }
 
 impl PostRun {
@@ -48,12 +79,27 @@ impl PostRun {
         let rest = checked::rewrite(plan.rest.clone()).map_err(|e| Error::eval(view, e))?;
         // planned once: per window, only a run
         let rest = eval.prepare(&eval.optimize(&rest)?)?;
+        let parts = match &plan.by_partition {
+            Some(exprs) => Some(Partitions {
+                exprs: exprs.iter().map(|(e, _)| e.clone()).collect(),
+                conv: RowConverter::new(
+                    exprs
+                        .iter()
+                        .map(|(_, dt)| SortField::new(dt.clone()))
+                        .collect(),
+                )
+                .map_err(|e| Error::internal(view, e.to_string()))?,
+                windows: FxHashMap::default(),
+            }),
+            None => None,
+        };
         Ok(PostRun {
             eval,
             rest,
             table: plan.table.clone(),
             expand: plan.expand.clone(),
             shown: BTreeMap::new(),
+            parts,
         })
     }
 }
@@ -95,7 +141,7 @@ impl IncrementalView {
         let agg = self.agg_rows(&shown)?;
         let cols = match &post.expand {
             None => agg.columns().to_vec(),
-            Some(columns) => self.expand(&agg, columns, &post.table.schema())?,
+            Some(columns) => self.expand(&agg, columns, &post.table.schema(), false)?,
         };
         let rows = RecordBatch::try_new(post.table.schema(), cols)?;
         post.eval.run_prepared(
@@ -107,13 +153,14 @@ impl IncrementalView {
     }
 
     /// A top-rows query's candidates as rows: each group (the columns read,
-    /// then its count) repeated count times, the columns never read filled
-    /// with a default.
+    /// then its count) repeated count times (`once`: each group once,
+    /// whatever its count), the columns never read filled with a default.
     fn expand(
         &self,
         agg: &RecordBatch,
         columns: &[Option<usize>],
         schema: &SchemaRef,
+        once: bool,
     ) -> Result<Vec<ArrayRef>> {
         let counts = agg
             .column(self.plan.group_keys)
@@ -121,10 +168,11 @@ impl IncrementalView {
             .ok_or_else(|| Error::internal(&self.view, "a candidate's count is not an Int64"))?;
         let mut idx: Vec<u32> = Vec::new();
         for (i, c) in counts.iter().enumerate() {
-            idx.extend(std::iter::repeat_n(
-                i as u32,
-                c.unwrap_or(0).max(0) as usize,
-            ));
+            let times = match once {
+                true => 1,
+                false => c.unwrap_or(0).max(0) as usize,
+            };
+            idx.extend(std::iter::repeat_n(i as u32, times));
         }
         let idx = UInt32Array::from(idx);
         schema
@@ -159,8 +207,12 @@ impl IncrementalView {
             return Ok(());
         };
         post.shown.clear();
+        if let Some(parts) = post.parts.as_mut() {
+            // rebuilt from the restored groups when a window next changes
+            parts.windows.clear();
+        }
         let result = (|| {
-            if self.mode != OutputMode::Update {
+            if self.mode != OutputMode::Update || post.parts.is_some() {
                 return Ok(());
             }
             let mut windows: Vec<Window> = self.open.keys().map(|(w, _)| *w).collect();
@@ -192,8 +244,119 @@ impl IncrementalView {
         step: &Step,
         out: &mut StepOutput,
     ) -> Result<()> {
+        let mut parts = post
+            .parts
+            .take()
+            .filter(|_| self.mode == OutputMode::Update);
+        let result = self.step_post_parts(post, parts.as_mut(), step, out);
+        post.parts = parts;
+        result
+    }
+
+    /// Window `w`'s groups in the partitions that `changed` (its changed
+    /// groups) touch, every group of `w` placed in its partition first.
+    fn touched(
+        &self,
+        post: &PostRun,
+        parts: &mut Partitions,
+        w: Window,
+        changed: &[&Update],
+    ) -> Result<Vec<u64>> {
+        let Partitions {
+            exprs,
+            conv,
+            windows,
+        } = parts;
+        let wp = match windows.entry(w) {
+            Entry::Occupied(o) => o.into_mut(),
+            // a window first seen (or first since a restore): its open groups placed
+            Entry::Vacant(v) => {
+                let wp = v.insert(WindowParts::default());
+                let open = open_groups(&self.open, w);
+                self.place(post, exprs, conv, wp, &open)?;
+                wp
+            }
+        };
+        let fresh: Vec<&Update> = changed
+            .iter()
+            .copied()
+            .filter(|u| !wp.of_key.contains_key(&u.key))
+            .collect();
+        self.place(post, exprs, conv, wp, &fresh)?;
+        let mut touched: Vec<u32> = changed
+            .iter()
+            .filter_map(|u| wp.of_key.get(&u.key).copied())
+            .collect();
+        touched.sort_unstable();
+        touched.dedup();
+        Ok(touched
+            .into_iter()
+            .flat_map(|p| wp.groups[p as usize].iter().copied())
+            .collect())
+    }
+
+    /// Place `groups` (not placed yet) in their partitions of `wp`.
+    fn place<G: GroupStates>(
+        &self,
+        post: &PostRun,
+        exprs: &[Arc<dyn PhysicalExpr>],
+        conv: &RowConverter,
+        wp: &mut WindowParts,
+        groups: &[G],
+    ) -> Result<()> {
+        let Some(columns) = post.expand.as_ref().filter(|_| !groups.is_empty()) else {
+            return Ok(());
+        };
+        let agg = self.agg_rows(groups)?;
+        let cols = self.expand(&agg, columns, &post.table.schema(), true)?;
+        let rows = RecordBatch::try_new(post.table.schema(), cols)?;
+        let values = exprs
+            .iter()
+            .map(|e| {
+                e.evaluate(&rows)
+                    .and_then(|c| c.into_array(rows.num_rows()))
+            })
+            .collect::<datafusion::error::Result<Vec<_>>>()
+            .map_err(|e| Error::eval(&self.view, e))?;
+        let bytes = conv.convert_columns(&values)?;
+        for (g, part) in groups.iter().zip(bytes.iter()) {
+            let p = match wp.index.get(part.data()) {
+                Some(p) => *p,
+                None => {
+                    let p = wp.groups.len() as u32;
+                    wp.index.insert(part.data().into(), p);
+                    wp.groups.push(Vec::new());
+                    p
+                }
+            };
+            wp.groups[p as usize].push(g.key());
+            wp.of_key.insert(g.key(), p);
+        }
+        Ok(())
+    }
+
+    fn step_post_parts(
+        &mut self,
+        post: &mut PostRun,
+        mut parts: Option<&mut Partitions>,
+        step: &Step,
+        out: &mut StepOutput,
+    ) -> Result<()> {
         let closed = by_window(step.closed.iter());
         out.windows_closed = closed.len() as u64;
+        // by partition: each changed window's touched partitions, evaluated before the change
+        let mut before: Vec<(Window, Vec<u64>, RecordBatch)> = Vec::new();
+        if let Some(parts) = parts.as_deref_mut() {
+            for (w, changed) in by_window(step.changed.iter()) {
+                let keys = self.touched(post, parts, w, &changed)?;
+                let old: Vec<OpenGroup<'_>> = keys
+                    .iter()
+                    .filter_map(|k| self.open.get_key_value(&(w, *k)))
+                    .collect();
+                let res = self.post_eval(post, w, &old)?;
+                before.push((w, keys, res));
+            }
+        }
         if self.mode != OutputMode::Append {
             for u in &step.changed {
                 self.open.insert((u.window, u.key), u.aggs.clone());
@@ -207,6 +370,24 @@ impl IncrementalView {
                 for (w, groups) in &closed {
                     let res = self.post_eval(post, *w, groups)?;
                     out.batches.push(self.post_rows(*w, &res, None)?);
+                }
+            }
+            OutputMode::Update if parts.is_some() => {
+                for (w, keys, old) in before {
+                    let new: Vec<OpenGroup<'_>> = keys
+                        .iter()
+                        .filter_map(|k| self.open.get_key_value(&(w, *k)))
+                        .collect();
+                    let res = self.post_eval(post, w, &new)?;
+                    let emit = changed_rows(Some(&old), &res)?;
+                    out.batches.push(self.post_rows(w, &emit, Some(false))?);
+                }
+                for (w, groups) in &closed {
+                    let res = self.post_eval(post, *w, groups)?;
+                    out.batches.push(self.post_rows(*w, &res, Some(true))?);
+                    if let Some(parts) = parts.as_deref_mut() {
+                        parts.windows.remove(w);
+                    }
                 }
             }
             OutputMode::Update => {
