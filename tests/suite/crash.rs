@@ -158,10 +158,9 @@ fn killed_runs_sink_like_a_clean_one(
         if let Some((url, _)) = sink_of(db, out, &tag) {
             c.arg("--sink").arg(url);
         }
-        c.arg("--output")
-            .arg(out)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        // the last run's stderr, shown if it fails
+        let err = std::fs::File::create(out.with_extension("stderr")).expect("stderr file");
+        c.arg("--output").arg(out).stdout(Stdio::null()).stderr(err);
         c
     };
     let clean = dir.join("clean.csv");
@@ -190,7 +189,8 @@ fn killed_runs_sink_like_a_clean_one(
             Some(status) => {
                 assert!(
                     status.success(),
-                    "thund run failed after {kills} kills: {status}"
+                    "thund run failed after {kills} kills: {status}: {}",
+                    std::fs::read_to_string(out.with_extension("stderr")).unwrap_or_default()
                 );
                 break;
             }
