@@ -393,38 +393,35 @@ impl IncrementalView {
                     out.batches.push(self.post_rows(*w, &res, None)?);
                 }
             }
-            OutputMode::Update if parts.is_some() => {
-                for (w, keys, old) in before {
-                    let new: Vec<OpenGroup<'_>> = keys
-                        .iter()
-                        .filter_map(|k| self.open.get_key_value(&(w, *k)))
-                        .collect();
-                    let res = self.post_eval(post, w, &new)?;
-                    let emit = changed_rows(Some(&old), &res)?;
-                    out.batches.push(self.post_rows(w, &emit, Some(false))?);
-                }
-                for (w, groups) in &closed {
-                    let res = self.post_eval(post, *w, groups)?;
-                    out.batches.push(self.post_rows(*w, &res, Some(true))?);
-                    if let Some(parts) = parts.as_deref_mut() {
-                        parts.windows.remove(w);
-                    }
-                }
-            }
             OutputMode::Update => {
-                let mut changed: Vec<Window> = step.changed.iter().map(|u| u.window).collect();
-                changed.dedup();
-                for w in changed {
-                    let groups = open_groups(&self.open, w);
-                    let res = self.post_eval(post, w, &groups)?;
-                    let emit = changed_rows(post.shown.get(&w), &res)?;
-                    out.batches.push(self.post_rows(w, &emit, Some(false))?);
-                    post.shown.insert(w, res);
+                if parts.is_some() {
+                    for (w, keys, old) in before {
+                        let new: Vec<OpenGroup<'_>> = keys
+                            .iter()
+                            .filter_map(|k| self.open.get_key_value(&(w, *k)))
+                            .collect();
+                        let res = self.post_eval(post, w, &new)?;
+                        let emit = changed_rows(Some(&old), &res)?;
+                        out.batches.push(self.post_rows(w, &emit, Some(false))?);
+                    }
+                } else {
+                    let mut changed: Vec<Window> = step.changed.iter().map(|u| u.window).collect();
+                    changed.dedup();
+                    for w in changed {
+                        let groups = open_groups(&self.open, w);
+                        let res = self.post_eval(post, w, &groups)?;
+                        let emit = changed_rows(post.shown.get(&w), &res)?;
+                        out.batches.push(self.post_rows(w, &emit, Some(false))?);
+                        post.shown.insert(w, res);
+                    }
                 }
                 for (w, groups) in &closed {
                     let res = self.post_eval(post, *w, groups)?;
                     out.batches.push(self.post_rows(*w, &res, Some(true))?);
                     post.shown.remove(w);
+                    if let Some(parts) = parts.as_deref_mut() {
+                        parts.windows.remove(w);
+                    }
                 }
             }
             OutputMode::Complete => {
