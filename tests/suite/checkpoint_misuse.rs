@@ -405,3 +405,123 @@ fn either_spelling_resumes_the_others_checkpoint_unless_the_output_moves() {
         other => panic!("expected ViewChanged, got {other}"),
     }
 }
+
+/// A join view's checkpoint, run `n` triggers, each committed.
+fn run_join(root: &str, sql: &str, n: i64) {
+    let mut e = Engine::builder()
+        .with_state_root(root)
+        .build()
+        .expect("engine");
+    e.create_view(join_view(sql)).expect("view");
+    for i in 0..n {
+        e.push_at("a", batch(&rows(i)), 0).expect("push");
+        e.push_at("b", batch(&rows(i)), 0).expect("push");
+        e.trigger().expect("trigger");
+        e.checkpoint(serde_json::Value::Null).expect("checkpoint");
+    }
+    e.sync_checkpoints().expect("committed");
+}
+
+fn join_view(sql: &str) -> ViewSpec {
+    ViewSpec::builder("v", sql)
+        .source("a", "ts", schema())
+        .source("b", "ts", schema())
+        .window(WindowSpec::tumbling(Duration::from_secs(10)))
+        .output(thund::OutputMode::Update)
+        .build()
+        .expect("spec")
+}
+
+/// Every count (column 2) of epoch `epoch`'s state files whose name starts
+/// holds `prefix` set to `count`, and the manifest's sizes made to match: a
+/// checkpoint doctored with care.
+fn doctor_counts(dir: &Path, epoch: u64, prefix: &str, count: i64) {
+    use arrow::array::{Array, Int64Array};
+    let edir = epoch_dir(dir, epoch);
+    let manifest_path = edir.join("_thund_checkpoint.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).expect("manifest")).expect("json");
+    let mut doctored = 0;
+    for f in manifest["files"].as_array_mut().expect("files") {
+        let rel = f["path"].as_str().expect("path").to_string();
+        let name = rel.rsplit('/').next().expect("name");
+        if !name.contains(prefix) {
+            continue;
+        }
+        let path = dir.join("v").join(&rel);
+        let file = std::fs::File::open(&path).expect("open");
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .expect("parquet")
+            .build()
+            .expect("reader");
+        let batches: Vec<_> = reader.map(|b| b.expect("batch")).collect();
+        let Some(first) = batches.first() else {
+            continue;
+        };
+        let out = std::fs::File::create(&path).expect("create");
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(out, first.schema(), None).expect("writer");
+        for b in &batches {
+            let mut cols = b.columns().to_vec();
+            let n = cols[2].len();
+            cols[2] = std::sync::Arc::new(Int64Array::from(vec![count; n]));
+            let b = arrow::array::RecordBatch::try_new(b.schema(), cols).expect("batch");
+            w.write(&b).expect("write");
+            doctored += n;
+        }
+        w.close().expect("close");
+        f["bytes"] = std::fs::metadata(&path).expect("meta").len().into();
+    }
+    assert!(doctored > 0, "no rows in {prefix}* of epoch {epoch}");
+    std::fs::write(&manifest_path, serde_json::to_vec(&manifest).expect("json")).expect("write");
+}
+
+/// A doctored join checkpoint whose rows count more than any run could
+/// make (or whose pairs would) is a typed error on resume, not an attempt
+/// to materialise that many rows.
+#[test]
+fn a_join_checkpoint_with_huge_counts_is_refused_not_materialised() {
+    const AGG: &str = "SELECT a.k, COUNT(*) AS n FROM a JOIN b ON a.k = b.k GROUP BY a.k";
+    const ROWS: &str = "SELECT a.k, b.v FROM a JOIN b ON a.k = b.k";
+    for sql in [AGG, ROWS] {
+        // one side's count beyond what any run holds: the stored state is wrong
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = format!("file://{}", dir.path().display());
+        run_join(&root, sql, 2);
+        doctor_counts(dir.path(), 2, "join-left", 1 << 40);
+        let mut e = Engine::builder()
+            .with_state_root(&root)
+            .build()
+            .expect("engine");
+        match e.create_view(join_view(sql)) {
+            Err(Error::CheckpointFormat { message, .. }) => {
+                assert!(
+                    message.contains("join-left") && message.contains("counts"),
+                    "{message}"
+                )
+            }
+            other => panic!("{sql}: expected a checkpoint format error, got {other:?}"),
+        }
+
+        if sql == ROWS {
+            // its restored pairs are not evaluated again: nothing to refuse
+            continue;
+        }
+        // both sides at a plausible count, their pairs beyond the limit
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = format!("file://{}", dir.path().display());
+        run_join(&root, sql, 2);
+        doctor_counts(dir.path(), 2, "join-left", 1 << 20);
+        doctor_counts(dir.path(), 2, "join-right", 1 << 20);
+        let mut e = Engine::builder()
+            .with_state_root(&root)
+            .build()
+            .expect("engine");
+        match e.create_view(join_view(sql)) {
+            Err(Error::Unsupported { message, .. }) => {
+                assert!(message.contains("join output"), "{message}")
+            }
+            other => panic!("{sql}: expected the rows limit, got {other:?}"),
+        }
+    }
+}

@@ -421,6 +421,11 @@ impl JoinView {
 
     /// The rest of the query over `pairs` (left id, right id, count) of window `win`.
     fn eval_pairs(&self, win: Window, pairs: &[CountedPair]) -> Result<RecordBatch> {
+        super::copies(
+            &self.view,
+            "a window's join output",
+            pairs.iter().map(|p| p.1),
+        )?;
         let batch = self.decode(
             pairs
                 .iter()
@@ -468,6 +473,11 @@ impl JoinView {
         if pairs.is_empty() {
             return Ok(Vec::new());
         }
+        super::copies(
+            &self.view,
+            "a step's join output",
+            pairs.iter().map(|p| p.count),
+        )?;
         let copies = |p: &Pair| std::iter::repeat_n(*p, p.count.max(0) as usize);
         let batch = self.decode(pairs.iter().flat_map(copies).map(|p| (p.left, p.right)))?;
         let times =
@@ -812,6 +822,16 @@ impl ViewRuntime for JoinView {
                     let window = Window::new(starts.value(i), ends.value(i));
                     if window.end <= at || counts.value(i) <= 0 {
                         return Err(bad(what, "a row of a closed window or without a count"));
+                    }
+                    if counts.value(i) as u64 > super::MAX_COPIES {
+                        return Err(bad(
+                            what,
+                            &format!(
+                                "row {i} counts {}, more than the {} copies of a row Þund makes",
+                                counts.value(i),
+                                super::MAX_COPIES
+                            ),
+                        ));
                     }
                     made.push(JoinRow {
                         side: side_of(s),

@@ -58,6 +58,33 @@ fn updates_of(states: &OpenStates) -> Vec<Update> {
         .collect()
 }
 
+/// The most rows one evaluation makes of counted rows (a join pair, a
+/// top-rows candidate, each repeated as many times as it counts): beyond it
+/// the evaluation is refused with [`Error::Unsupported`] rather than
+/// exhausting memory. Counts that large come from a window with that many
+/// identical rows, or from a checkpoint this engine did not write.
+pub(crate) const MAX_COPIES: u64 = 1 << 28;
+
+/// How many rows `counts` make when each counted row is repeated as many
+/// times as it counts (negative counts as none), or the error saying `what`
+/// would be more than [`MAX_COPIES`].
+fn copies(view: &str, what: &str, counts: impl IntoIterator<Item = i64>) -> Result<usize> {
+    let mut total: u64 = 0;
+    for c in counts {
+        total = total.saturating_add(c.max(0) as u64);
+        if total > MAX_COPIES {
+            return Err(Error::Unsupported {
+                view: view.to_string(),
+                message: format!(
+                    "{what} would be more than {MAX_COPIES} rows in one evaluation \
+                     (rows repeated by their counts); Þund does not materialise that many at once"
+                ),
+            });
+        }
+    }
+    Ok(total as usize)
+}
+
 /// The encoder of a plan's group keys (`None` for a global aggregate).
 fn key_converter(plan: &CompiledAggregate) -> Result<Option<RowConverter>> {
     if plan.key_fields.is_empty() {

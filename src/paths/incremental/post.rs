@@ -187,6 +187,10 @@ impl IncrementalView {
             .column(self.plan.group_keys)
             .as_primitive_opt::<Int64Type>()
             .ok_or_else(|| Error::internal(&self.view, "a candidate's count is not an Int64"))?;
+        if !once {
+            let counted = counts.iter().map(|c| c.unwrap_or(0));
+            super::copies(&self.view, "a window's candidate rows", counted)?;
+        }
         let mut idx: Vec<u32> = Vec::new();
         for (i, c) in counts.iter().enumerate() {
             let times = match once {
