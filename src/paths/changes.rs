@@ -35,8 +35,12 @@ pub(crate) fn unmatched<'a>(
 
 /// A row converter over every column of `batch`.
 pub(crate) fn converter(batch: &RecordBatch) -> Result<RowConverter> {
-    let fields: Vec<SortField> = batch
-        .schema()
+    converter_of(&batch.schema())
+}
+
+/// A row converter over every field of `schema`.
+pub(crate) fn converter_of(schema: &arrow::datatypes::SchemaRef) -> Result<RowConverter> {
+    let fields: Vec<SortField> = schema
         .fields()
         .iter()
         .map(|f| SortField::new(f.data_type().clone()))

@@ -26,7 +26,7 @@ use thund_dataflows::{AggState, Step, Update};
 use super::render::GroupStates;
 use super::IncrementalView;
 use crate::error::{Error, Result};
-use crate::paths::changes::changed_rows;
+use crate::paths::changes::{changed_rows, take_rows, unmatched};
 use crate::paths::sql::live::LiveTable;
 use crate::paths::sql::{checked, SqlEvaluator};
 use crate::paths::{with_bounds, StepOutput};
@@ -56,10 +56,15 @@ pub(super) struct PostRun {
 /// whose groups changed re-evaluates the query over its changed partitions
 /// only, before and after the change, and emits the new rows less the old.
 /// (Over the whole window, the rows of the other partitions are in both
-/// results and cancel out.)
+/// results and cancel out.) The window's whole result is kept the same way,
+/// less the old rows and plus the new, so that its close emits it without
+/// running the query over all its groups.
 struct Partitions {
     exprs: Vec<Arc<dyn PhysicalExpr>>,
     conv: RowConverter,
+    /// The encoder of the query's result rows (`None` where a column type
+    /// has no row encoding: a closing window then runs the query whole).
+    out: Option<RowConverter>,
     windows: FxHashMap<Window, WindowParts>,
 }
 
@@ -72,6 +77,73 @@ struct WindowParts {
     index: FxHashMap<Box<[u8]>, u32>,
     /// Each partition's groups.
     groups: Vec<Vec<u64>>,
+    /// The window's result as it stands, as a multiset of encoded rows.
+    result: Kept,
+}
+
+/// A window's result kept as encoded rows with their multiplicity.
+#[derive(Default)]
+struct Kept {
+    rows: FxHashMap<Box<[u8]>, i64>,
+    /// The result's schema (from the last evaluation).
+    schema: Option<SchemaRef>,
+    /// Not usable: rows could not be encoded, or an old row was not found
+    /// (an evaluation that is not a function of its groups, such as
+    /// `ROW_NUMBER` among ties): the close runs the query whole.
+    lost: bool,
+}
+
+impl Kept {
+    /// Take `old` out of the result and put `new` in; returns the rows of
+    /// `new` not in `old` (as multisets), what Update mode emits.
+    fn replace(
+        &mut self,
+        conv: Option<&RowConverter>,
+        old: &RecordBatch,
+        new: &RecordBatch,
+    ) -> Result<RecordBatch> {
+        let Some(conv) = conv.filter(|_| !self.lost) else {
+            self.lost = true;
+            return changed_rows(Some(old), new);
+        };
+        self.schema = Some(new.schema());
+        let old_rows = conv.convert_columns(old.columns())?;
+        let new_rows = conv.convert_columns(new.columns())?;
+        for r in old_rows.iter() {
+            match self.rows.get_mut(r.data()) {
+                Some(c) if *c > 1 => *c -= 1,
+                Some(_) => {
+                    self.rows.remove(r.data());
+                }
+                None => self.lost = true,
+            }
+        }
+        for r in new_rows.iter() {
+            *self.rows.entry(r.data().into()).or_default() += 1;
+        }
+        if old.num_rows() == 0 {
+            return Ok(new.clone());
+        }
+        let keep = unmatched(
+            old_rows.iter().map(|r| r.data()),
+            new_rows.iter().map(|r| r.data()),
+        );
+        take_rows(new, &keep)
+    }
+
+    /// The result as a batch, or `None` when it is not usable.
+    fn batch(&self, conv: Option<&RowConverter>) -> Result<Option<RecordBatch>> {
+        let (Some(conv), Some(schema), false) = (conv, &self.schema, self.lost) else {
+            return Ok(None);
+        };
+        let parser = conv.parser();
+        let rows = self
+            .rows
+            .iter()
+            .flat_map(|(r, &c)| std::iter::repeat_n(parser.parse(r), c.max(0) as usize));
+        let cols = conv.convert_rows(rows)?;
+        Ok(Some(RecordBatch::try_new(schema.clone(), cols)?))
+    }
 }
 
 impl PostRun {
@@ -90,6 +162,7 @@ impl PostRun {
                         .collect(),
                 )
                 .map_err(|e| Error::internal(view, e.to_string()))?,
+                out: crate::paths::changes::converter_of(&rest.schema()).ok(),
                 windows: FxHashMap::default(),
             }),
             None => None,
@@ -290,6 +363,7 @@ impl IncrementalView {
         let Partitions {
             exprs,
             conv,
+            out,
             windows,
         } = parts;
         let wp = match windows.entry(w) {
@@ -299,6 +373,12 @@ impl IncrementalView {
                 let wp = v.insert(WindowParts::default());
                 let open = open_groups(&self.open, w);
                 self.place(post, exprs, conv, wp, &open)?;
+                if !open.is_empty() {
+                    // its result as it stands (after a restore), kept from here on
+                    let res = self.post_eval(post, w, &open)?;
+                    let none = RecordBatch::new_empty(res.schema());
+                    wp.result.replace(out.as_ref(), &none, &res)?;
+                }
                 wp
             }
         };
@@ -360,6 +440,73 @@ impl IncrementalView {
         Ok(())
     }
 
+    /// By partition, window `w` closing with its final `groups`: its kept
+    /// result with the partitions that changed in the closing step
+    /// re-evaluated (before, from the open groups, and after, from `groups`),
+    /// or `None` where it is not kept. The window's open groups are removed.
+    fn close_kept(
+        &mut self,
+        post: &PostRun,
+        parts: &mut Partitions,
+        w: Window,
+        groups: &[&Update],
+    ) -> Result<Option<RecordBatch>> {
+        let result = (|| {
+            if !parts.windows.contains_key(&w) {
+                return Ok(None);
+            }
+            let fin: FxHashMap<u64, &Update> = groups.iter().map(|u| (u.key, *u)).collect();
+            // closing groups whose state moved, and open groups that are gone
+            let mut moved: Vec<&Update> = groups
+                .iter()
+                .copied()
+                .filter(|u| self.open.get(&(w, u.key)) != Some(&u.aggs))
+                .collect();
+            let gone: Vec<u64> = open_groups(&self.open, w)
+                .into_iter()
+                .map(|((_, k), _)| *k)
+                .filter(|k| !fin.contains_key(k))
+                .collect();
+            if !moved.is_empty() || !gone.is_empty() {
+                let gone_updates: Vec<Update> = gone
+                    .iter()
+                    .map(|&key| Update {
+                        window: w,
+                        key,
+                        aggs: Vec::new(),
+                    })
+                    .collect();
+                moved.extend(gone_updates.iter());
+                let keys = self.touched(post, parts, w, &moved)?;
+                let old: Vec<OpenGroup<'_>> = keys
+                    .iter()
+                    .filter_map(|k| self.open.get_key_value(&(w, *k)))
+                    .collect();
+                let old = self.post_eval(post, w, &old)?;
+                let new: Vec<&Update> = keys.iter().filter_map(|k| fin.get(k).copied()).collect();
+                let new = self.post_eval(post, w, &new)?;
+                let wp = parts.windows.entry(w).or_default();
+                wp.result.replace(parts.out.as_ref(), &old, &new)?;
+            }
+            match parts.windows.remove(&w) {
+                Some(wp) => wp.result.batch(parts.out.as_ref()),
+                None => Ok(None),
+            }
+        })();
+        parts.windows.remove(&w);
+        for u in groups {
+            self.open.remove(&(w, u.key));
+        }
+        let left: Vec<(Window, u64)> = open_groups(&self.open, w)
+            .into_iter()
+            .map(|(k, _)| *k)
+            .collect();
+        for k in left {
+            self.open.remove(&k);
+        }
+        result
+    }
+
     fn step_post_parts(
         &mut self,
         post: &mut PostRun,
@@ -386,8 +533,10 @@ impl IncrementalView {
             for u in &step.changed {
                 self.open.insert((u.window, u.key), u.aggs.clone());
             }
-            for u in &step.closed {
-                self.open.remove(&(u.window, u.key));
+            if parts.is_none() {
+                for u in &step.closed {
+                    self.open.remove(&(u.window, u.key));
+                }
             }
         }
         match self.mode {
@@ -398,14 +547,15 @@ impl IncrementalView {
                 }
             }
             OutputMode::Update => {
-                if parts.is_some() {
+                if let Some(parts) = parts.as_deref_mut() {
                     for (w, keys, old) in before {
                         let new: Vec<OpenGroup<'_>> = keys
                             .iter()
                             .filter_map(|k| self.open.get_key_value(&(w, *k)))
                             .collect();
                         let res = self.post_eval(post, w, &new)?;
-                        let emit = changed_rows(Some(&old), &res)?;
+                        let kept = &mut parts.windows.entry(w).or_default().result;
+                        let emit = kept.replace(parts.out.as_ref(), &old, &res)?;
                         out.batches.push(self.post_rows(w, &emit, Some(false))?);
                     }
                 } else {
@@ -420,12 +570,17 @@ impl IncrementalView {
                     }
                 }
                 for (w, groups) in &closed {
-                    let res = self.post_eval(post, *w, groups)?;
+                    // by partition: the result kept, where it is
+                    let kept = match parts.as_deref_mut() {
+                        Some(parts) => self.close_kept(post, parts, *w, groups)?,
+                        None => None,
+                    };
+                    let res = match kept {
+                        Some(res) => res,
+                        None => self.post_eval(post, *w, groups)?,
+                    };
                     out.batches.push(self.post_rows(*w, &res, Some(true))?);
                     post.shown.remove(w);
-                    if let Some(parts) = parts.as_deref_mut() {
-                        parts.windows.remove(w);
-                    }
                 }
             }
             OutputMode::Complete => {
