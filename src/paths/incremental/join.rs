@@ -479,15 +479,26 @@ impl JoinView {
             pairs.iter().map(|p| p.count),
         )?;
         let copies = |p: &Pair| std::iter::repeat_n(*p, p.count.max(0) as usize);
-        let batch = self.decode(pairs.iter().flat_map(copies).map(|p| (p.left, p.right)))?;
+        let (kept, n) =
+            self.decode_kept(pairs.iter().flat_map(copies).map(|p| (p.left, p.right)))?;
+        let batch = self.assemble(kept.clone(), n)?;
         let times =
             Int64Array::from_iter_values(pairs.iter().flat_map(copies).map(|p| p.window.start));
         let (batch, times) = match self.pair_mask(&batch)? {
             None => (batch, times),
-            Some(kept) => (
-                filter_record_batch(&batch, &kept)?,
-                filter(&times, &kept)?.as_primitive().clone(),
-            ),
+            Some(mask) => {
+                // the decoded columns filtered, the others filled in again
+                // (filtering a column of NULLs costs as much as a real one)
+                let [l, r] = kept;
+                let pick = |cols: Vec<ArrayRef>| -> Result<Vec<ArrayRef>> {
+                    cols.iter()
+                        .map(|c| Ok(filter(c.as_ref(), &mask)?))
+                        .collect()
+                };
+                let m = mask.true_count();
+                let batch = self.assemble([pick(l)?, pick(r)?], m)?;
+                (batch, filter(&times, &mask)?.as_primitive().clone())
+            }
         };
         Ok(vec![OnTime {
             source: 0,
@@ -533,14 +544,31 @@ impl JoinView {
 
     /// Pairs (left id, right id) as rows of the join's output table.
     fn decode(&self, pairs: impl Iterator<Item = (u64, u64)>) -> Result<RecordBatch> {
+        let (kept, n) = self.decode_kept(pairs)?;
+        self.assemble(kept, n)
+    }
+
+    /// The kept columns of both sides of `pairs`, and how many pairs.
+    fn decode_kept(
+        &self,
+        pairs: impl Iterator<Item = (u64, u64)>,
+    ) -> Result<([Vec<ArrayRef>; 2], usize)> {
         let (left, right): (Vec<u64>, Vec<u64>) = pairs.unzip();
         let n = left.len();
-        let schema = self.table.schema();
-        let mut cols: Vec<ArrayRef> = Vec::new();
-        for (s, ids) in [left, right].iter().enumerate() {
+        let side = |s: usize, ids: &[u64]| -> Result<Vec<ArrayRef>> {
             let parser = self.row_conv[s].parser();
             let rows = ids.iter().map(|&id| parser.parse(self.rows[s].bytes(id)));
-            let kept = self.row_conv[s].convert_rows(rows)?;
+            Ok(self.row_conv[s].convert_rows(rows)?)
+        };
+        Ok(([side(0, &left)?, side(1, &right)?], n))
+    }
+
+    /// Both sides' kept columns (`n` rows) as rows of the join's output
+    /// table, the columns nothing reads filled in.
+    fn assemble(&self, kept: [Vec<ArrayRef>; 2], n: usize) -> Result<RecordBatch> {
+        let schema = self.table.schema();
+        let mut cols: Vec<ArrayRef> = Vec::new();
+        for (s, kept) in kept.into_iter().enumerate() {
             let at = if s == 0 {
                 0
             } else {

@@ -451,22 +451,24 @@ impl IncrementalView {
         w: Window,
         groups: &[&Update],
     ) -> Result<Option<RecordBatch>> {
+        // closing groups whose state moved, and open groups that are gone:
+        // both sorted by key, merged
+        let (mut moved, mut gone): (Vec<&Update>, Vec<u64>) = (Vec::new(), Vec::new());
+        let mut open = self.open.range((w, 0)..=(w, u64::MAX)).peekable();
+        for &u in groups {
+            while let Some(((_, k), _)) = open.next_if(|((_, k), _)| *k < u.key) {
+                gone.push(*k);
+            }
+            match open.next_if(|((_, k), _)| *k == u.key) {
+                Some((_, a)) if *a == u.aggs => {}
+                _ => moved.push(u),
+            }
+        }
+        gone.extend(open.map(|((_, k), _)| *k));
         let result = (|| {
             if !parts.windows.contains_key(&w) {
                 return Ok(None);
             }
-            let fin: FxHashMap<u64, &Update> = groups.iter().map(|u| (u.key, *u)).collect();
-            // closing groups whose state moved, and open groups that are gone
-            let mut moved: Vec<&Update> = groups
-                .iter()
-                .copied()
-                .filter(|u| self.open.get(&(w, u.key)) != Some(&u.aggs))
-                .collect();
-            let gone: Vec<u64> = open_groups(&self.open, w)
-                .into_iter()
-                .map(|((_, k), _)| *k)
-                .filter(|k| !fin.contains_key(k))
-                .collect();
             if !moved.is_empty() || !gone.is_empty() {
                 let gone_updates: Vec<Update> = gone
                     .iter()
@@ -476,14 +478,20 @@ impl IncrementalView {
                         aggs: Vec::new(),
                     })
                     .collect();
-                moved.extend(gone_updates.iter());
-                let keys = self.touched(post, parts, w, &moved)?;
+                let changed: Vec<&Update> = moved.iter().copied().chain(&gone_updates).collect();
+                let keys = self.touched(post, parts, w, &changed)?;
                 let old: Vec<OpenGroup<'_>> = keys
                     .iter()
                     .filter_map(|k| self.open.get_key_value(&(w, *k)))
                     .collect();
                 let old = self.post_eval(post, w, &old)?;
-                let new: Vec<&Update> = keys.iter().filter_map(|k| fin.get(k).copied()).collect();
+                let new: Vec<&Update> = keys
+                    .iter()
+                    .filter_map(|k| {
+                        let at = groups.binary_search_by_key(k, |u| u.key).ok()?;
+                        Some(groups[at])
+                    })
+                    .collect();
                 let new = self.post_eval(post, w, &new)?;
                 let wp = parts.windows.entry(w).or_default();
                 wp.result.replace(parts.out.as_ref(), &old, &new)?;
@@ -494,15 +502,8 @@ impl IncrementalView {
             }
         })();
         parts.windows.remove(&w);
-        for u in groups {
-            self.open.remove(&(w, u.key));
-        }
-        let left: Vec<(Window, u64)> = open_groups(&self.open, w)
-            .into_iter()
-            .map(|(k, _)| *k)
-            .collect();
-        for k in left {
-            self.open.remove(&k);
+        for k in groups.iter().map(|u| u.key).chain(gone) {
+            self.open.remove(&(w, k));
         }
         result
     }
