@@ -29,6 +29,10 @@ use std::time::{Duration, Instant};
 
 use thund::ExecMode;
 
+// the allocator the `thund` binary uses, for both paths alike
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "../tests/suite/common/nexmark.rs"]
 mod nexmark_data;
 use nexmark_data as data;
