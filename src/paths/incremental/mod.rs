@@ -285,7 +285,7 @@ impl ViewRuntime for IncrementalView {
         self.ingest(on_time, w_prev, w)?;
         let mut out = StepOutput::default();
         let Some(w) = w else { return Ok(out) };
-        let step = self
+        let mut step = self
             .dataflow
             .advance_to(w)
             .map_err(|e| Error::dataflow(&self.view, e))?;
@@ -319,7 +319,7 @@ impl ViewRuntime for IncrementalView {
             p.evict(w);
         }
         if self.post.is_some() {
-            self.step_post(&step, &mut out)?;
+            self.step_post(&mut step, &mut out)?;
             out.batches.retain(|b| b.num_rows() > 0);
             self.keys.reclaim(w);
             return Ok(out);

@@ -327,7 +327,7 @@ impl IncrementalView {
     }
 
     /// A step of a view with a post stage, after the dataflow advanced.
-    pub(super) fn step_post(&mut self, step: &Step, out: &mut StepOutput) -> Result<()> {
+    pub(super) fn step_post(&mut self, step: &mut Step, out: &mut StepOutput) -> Result<()> {
         let Some(mut post) = self.post.take() else {
             return Err(Error::internal(&self.view, "a post stage without its plan"));
         };
@@ -339,7 +339,7 @@ impl IncrementalView {
     fn step_post_with(
         &mut self,
         post: &mut PostRun,
-        step: &Step,
+        step: &mut Step,
         out: &mut StepOutput,
     ) -> Result<()> {
         let mut parts = post
@@ -512,7 +512,7 @@ impl IncrementalView {
         &mut self,
         post: &mut PostRun,
         mut parts: Option<&mut Partitions>,
-        step: &Step,
+        step: &mut Step,
         out: &mut StepOutput,
     ) -> Result<()> {
         let closed = by_window(step.closed.iter());
@@ -531,8 +531,15 @@ impl IncrementalView {
             }
         }
         if self.mode != OutputMode::Append {
-            for u in &step.changed {
-                self.open.insert((u.window, u.key), u.aggs.clone());
+            // the step's states moved in, not copied: only their windows are read after
+            for u in step.changed.iter_mut() {
+                let aggs = std::mem::take(&mut u.aggs);
+                match self.open.entry((u.window, u.key)) {
+                    std::collections::btree_map::Entry::Occupied(mut o) => *o.get_mut() = aggs,
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert(aggs);
+                    }
+                }
             }
             if parts.is_none() {
                 for u in &step.closed {
