@@ -55,6 +55,11 @@ pub(super) fn explain(v: &View) -> String {
         }
     }
     let _ = writeln!(out, "plan: {}", v.plan);
+    if let crate::plan::ViewPlan::Incremental(p) = &v.plan {
+        if let Some(e) = &p.post_extremum {
+            let _ = writeln!(out, "  post: {e}");
+        }
+    }
     let _ = writeln!(out, "logical plan:\n{}", v.logical.display_indent());
     out
 }

@@ -94,6 +94,11 @@ pub struct AggregatePlan {
     /// (the source is read only through this aggregate), as DataFusion prints it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post: Option<String>,
+    /// When the rest depends only on the groups holding each window's
+    /// extremum of one column (see `plan::extremal`): that extremum, as
+    /// `explain` names it (only those groups are handed to the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_extremum: Option<String>,
     /// A top-rows query (the aggregate holds the rows the query reads, by
     /// value, with their multiplicity): the rule that rules rows out first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -340,6 +345,9 @@ pub(crate) struct PostPlan {
     /// A top-rows query whose result is the union of its partitions' (see
     /// `plan::rows`): the partition expressions over `table`'s rows.
     pub by_partition: Option<Vec<(Arc<dyn PhysicalExpr>, DataType)>>,
+    /// The rest depends only on the groups holding each window's extremum
+    /// of this column of `table` (see `plan::extremal`).
+    pub extremal: Option<super::extremal::Extremal>,
 }
 
 /// A top-rows query's rule (see `plan::rows`): a row with `n` rows strictly
@@ -724,6 +732,7 @@ pub(super) fn compile(
         }),
         session_gap: None,
         post: None,
+        post_extremum: None,
         keep: None,
     };
     let order = s

@@ -9,6 +9,7 @@
 //! `create_view` error. Every trigger report and `explain` shows the decision.
 
 mod aggregate;
+mod extremal;
 mod join;
 mod post;
 mod rows;
@@ -23,6 +24,7 @@ pub(crate) use aggregate::{
     ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue, PostPlan, Prune, Tagged, TopN,
 };
 pub use aggregate::{AggFunc, AggregatePlan, AggregateSpec, OrderSpec};
+pub(crate) use extremal::Extremal;
 pub use join::JoinPlan;
 pub(crate) use join::{CompiledJoin, CompiledSide, SideStep};
 
@@ -420,11 +422,17 @@ fn over_one_input(
             return Err(reason);
         }
         plan.post = Some(split.rest.display_indent().to_string());
+        let (extremal, name) = extremal::extremal(&split.rest).unzip();
+        plan.post_extremum = extremal.zip(name).map(|(e, name)| {
+            let what = if e.max { "MAX" } else { "MIN" };
+            format!("only the groups holding the window's {what}({name}) are handed to it")
+        });
         compiled.post = Some(PostPlan {
             rest: split.rest,
             table: split.table,
             expand: None,
             by_partition: None,
+            extremal,
         });
         return Ok((plan, compiled));
     }
@@ -576,6 +584,7 @@ fn top_rows(
         table: top.table,
         expand: Some(top.columns),
         by_partition,
+        extremal: None,
     });
     Ok((plan, compiled))
 }

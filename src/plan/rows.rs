@@ -23,6 +23,7 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, ScalarValue};
 use datafusion::functions_aggregate::count::count_all;
 use datafusion::logical_expr::expr::{Sort, WindowFunctionDefinition};
+use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
     BinaryExpr, Expr, FetchType, LogicalPlan, LogicalPlanBuilder, Operator, SkipType,
 };
@@ -96,22 +97,6 @@ fn rank_bound(e: &Expr, c: &Column) -> Option<usize> {
     usize::try_from(n).ok().filter(|n| *n >= 1)
 }
 
-/// The conjuncts of a predicate.
-fn conjuncts(e: &Expr) -> Vec<&Expr> {
-    match e {
-        Expr::BinaryExpr(BinaryExpr {
-            left,
-            op: Operator::And,
-            right,
-        }) => {
-            let mut v = conjuncts(left);
-            v.extend(conjuncts(right));
-            v
-        }
-        other => vec![other],
-    }
-}
-
 /// `Filter(rn <= n)` over `[alias] Projection` over a `WindowAggr` of one
 /// `ROW_NUMBER()` or `RANK()` over the source's rows.
 fn numbered(p: &LogicalPlan) -> Option<Ranked<'_>> {
@@ -153,7 +138,7 @@ fn numbered(p: &LogicalPlan) -> Option<Ranked<'_>> {
         .position(|e| e.clone().unalias() == numbered)?;
     let (q, field) = f.input.schema().qualified_field(at);
     let c = Column::new(q.cloned(), field.name());
-    let n = conjuncts(&f.predicate)
+    let n = split_conjunction(&f.predicate)
         .into_iter()
         .filter_map(|e| rank_bound(e, &c))
         .min()?;
@@ -174,7 +159,7 @@ fn extremum(p: &LogicalPlan) -> Option<Ranked<'_>> {
     if !reads_scan(&f.input) {
         return None;
     }
-    conjuncts(&f.predicate).into_iter().find_map(|e| {
+    split_conjunction(&f.predicate).into_iter().find_map(|e| {
         let Expr::BinaryExpr(BinaryExpr {
             left,
             op: Operator::Eq,

@@ -66,6 +66,13 @@ const QUERIES: &[&str] = &[
     // the groups holding the window's maximum (Nexmark q5's shape) …
     "SELECT k, c FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) AS x \
      WHERE c = (SELECT MAX(c) FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) AS y)",
+    // … q5 as written (joined with the maximum, kept where they reach it),
+    // and a minimum of sums that rise and fall, under a filter of the kept side
+    "SELECT a.k, a.c, a.s FROM (SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k) AS a \
+     JOIN (SELECT MAX(x.c) AS m FROM (SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k) AS x) AS b \
+     ON a.c >= b.m",
+    "SELECT g, s FROM (SELECT g, SUM(v) AS s FROM t GROUP BY g) AS a \
+     WHERE g <> 'b' AND s <= (SELECT MIN(s) FROM (SELECT g, SUM(v) AS s FROM t GROUP BY g) AS y)",
     // … ORDER BY an aggregate not selected, a window function over the groups,
     "SELECT k FROM t GROUP BY k ORDER BY SUM(v) DESC NULLS LAST, k LIMIT 2",
     "SELECT k, c, RANK() OVER (ORDER BY c DESC) AS r FROM \

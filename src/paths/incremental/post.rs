@@ -12,7 +12,9 @@ use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array,
+};
 use arrow::compute::take;
 use arrow::datatypes::{Int64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -30,7 +32,7 @@ use crate::paths::changes::{changed_rows, take_rows, unmatched};
 use crate::paths::sql::live::LiveTable;
 use crate::paths::sql::{checked, SqlEvaluator};
 use crate::paths::{with_bounds, StepOutput};
-use crate::plan::PostPlan;
+use crate::plan::{Extremal, PostPlan};
 use crate::spec::OutputMode;
 use crate::window::Window;
 
@@ -50,6 +52,9 @@ pub(super) struct PostRun {
     /// Update mode, a result that is the union of its partitions' (see
     /// `plan::rows`): each open window's groups by partition.
     parts: Option<Partitions>,
+    /// A rest that depends only on the groups holding the window's extremum
+    /// of one column (see `plan::extremal`): only they are handed to it.
+    extremal: Option<Extremal>,
 }
 
 /// The partitions of a top-rows query's open groups, per window: a window
@@ -174,6 +179,7 @@ impl PostRun {
             expand: plan.expand.clone(),
             shown: BTreeMap::new(),
             parts,
+            extremal: plan.extremal,
         })
     }
 }
@@ -196,6 +202,29 @@ fn unbounded_windows(
         Ok(Transformed::yes(Arc::new(w) as Arc<dyn ExecutionPlan>))
     })
     .map(|t| t.data)
+}
+
+/// Where `col` holds its extremum (`e.max`: its maximum), NULL counting as
+/// no value: nowhere when every value is NULL (no group reaches a NULL
+/// extremum).
+fn extremal_mask(col: &ArrayRef, e: Extremal) -> Result<BooleanArray> {
+    let opts = arrow::compute::SortOptions {
+        descending: e.max,
+        nulls_first: false,
+    };
+    let top = arrow::compute::sort_to_indices(col, Some(opts), Some(1))?;
+    match top.values().first().map(|&at| at as usize) {
+        Some(at) if col.is_valid(at) => {
+            let best = arrow::array::Scalar::new(col.slice(at, 1));
+            let eq = arrow::compute::kernels::cmp::eq(col, &best)?;
+            // NULLs are not the extremum
+            Ok(match eq.nulls() {
+                Some(_) => arrow::compute::prep_null_mask_filter(&eq),
+                None => eq,
+            })
+        }
+        _ => Ok(BooleanArray::from(vec![false; col.len()])),
+    }
 }
 
 /// Updates grouped by window, in window order (`updates` sorted by window).
@@ -232,9 +261,38 @@ impl IncrementalView {
             .copied()
             .filter(|u| self.plan.group_keys == 0 || u.states().last().is_some_and(|s| s.count > 0))
             .collect();
+        // only the groups holding the extremum, where the rest reads no others
+        let keys = self.plan.group_keys;
+        let shown = match post
+            .extremal
+            .filter(|_| post.expand.is_none() && shown.len() > 1)
+        {
+            Some(e) if e.column >= keys => {
+                let j = e.column - keys;
+                let col = self.column(&self.plan.aggs[j], &shown, j)?;
+                let mask = extremal_mask(&col, e)?;
+                shown
+                    .into_iter()
+                    .zip(mask.values().iter())
+                    .filter_map(|(g, at)| at.then_some(g))
+                    .collect()
+            }
+            _ => shown,
+        };
         let agg = self.agg_rows(&shown)?;
         let cols = match &post.expand {
-            None => agg.columns().to_vec(),
+            None => match post
+                .extremal
+                .filter(|e| e.column < keys && agg.num_rows() > 1)
+            {
+                Some(e) => {
+                    let mask = extremal_mask(agg.column(e.column), e)?;
+                    arrow::compute::filter_record_batch(&agg, &mask)?
+                        .columns()
+                        .to_vec()
+                }
+                None => agg.columns().to_vec(),
+            },
             Some(columns) => self.expand(&agg, columns, &post.table.schema(), false)?,
         };
         let rows = RecordBatch::try_new(post.table.schema(), cols)?;

@@ -190,7 +190,12 @@ impl IncrementalView {
     }
 
     /// One aggregate's output column, in the type the Aggregate node declares.
-    fn column<G: GroupStates>(&self, a: &CompiledAgg, updates: &[G], j: usize) -> Result<ArrayRef> {
+    pub(super) fn column<G: GroupStates>(
+        &self,
+        a: &CompiledAgg,
+        updates: &[G],
+        j: usize,
+    ) -> Result<ArrayRef> {
         let st = |u: &G| u.states()[j];
         let int = |v: &Value| match v {
             Value::Int(i) => Some(*i),
