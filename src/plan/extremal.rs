@@ -15,10 +15,12 @@
 //! extremum, an aggregate of nothing but that `MAX` (or `MIN`) without
 //! `GROUP BY`, over aliases and renaming projections only. Float columns are
 //! left out (`-0.0` and `0.0` compare equal, and one of them would be kept
-//! without the other), and so are queries with a `LIMIT` or a window
+//! without the other), as are types other than integers, decimals,
+//! strings, booleans, dates and timestamps, and so are queries with a `LIMIT` or a window
 //! function anywhere (which rows they keep can depend on the order rows come
 //! in).
 
+use arrow::datatypes::DataType;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::Column;
 use datafusion::logical_expr::utils::split_conjunction;
@@ -66,7 +68,7 @@ pub(crate) fn extremal(rest: &LogicalPlan) -> Option<(Extremal, String)> {
         };
         let schema = t.source.schema();
         Ok(match schema.fields().get(e.column) {
-            Some(f) if !f.data_type().is_floating() => TreeNodeRecursion::Continue,
+            Some(f) if comparable(f.data_type()) => TreeNodeRecursion::Continue,
             _ => TreeNodeRecursion::Stop,
         })
     });
@@ -74,6 +76,23 @@ pub(crate) fn extremal(rest: &LogicalPlan) -> Option<(Extremal, String)> {
         Ok(TreeNodeRecursion::Continue) => Some((e, name)),
         _ => None,
     }
+}
+
+/// Whether the host finds the extremum of a column of type `t` exactly as
+/// DataFusion compares it (not floats: see the module's doc).
+fn comparable(t: &DataType) -> bool {
+    t.is_integer()
+        || matches!(
+            t,
+            DataType::Decimal128(..)
+                | DataType::Decimal256(..)
+                | DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Boolean
+                | DataType::Date32
+                | DataType::Date64
+                | DataType::Timestamp(..)
+        )
 }
 
 /// `kept op extremum`, the extremum found: what `extremal` returns.

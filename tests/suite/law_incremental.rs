@@ -73,6 +73,8 @@ const QUERIES: &[&str] = &[
      ON a.c >= b.m",
     "SELECT g, s FROM (SELECT g, SUM(v) AS s FROM t GROUP BY g) AS a \
      WHERE g <> 'b' AND s <= (SELECT MIN(s) FROM (SELECT g, SUM(v) AS s FROM t GROUP BY g) AS y)",
+    "SELECT k, last FROM (SELECT k, MAX(ts) AS last FROM t GROUP BY k) AS a \
+     WHERE last = (SELECT MAX(last) FROM (SELECT k, MAX(ts) AS last FROM t GROUP BY k) AS b)",
     // … ORDER BY an aggregate not selected, a window function over the groups,
     "SELECT k FROM t GROUP BY k ORDER BY SUM(v) DESC NULLS LAST, k LIMIT 2",
     "SELECT k, c, RANK() OVER (ORDER BY c DESC) AS r FROM \
