@@ -24,7 +24,7 @@ use arrow::datatypes::DataType;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::Column;
 use datafusion::logical_expr::utils::split_conjunction;
-use datafusion::logical_expr::{BinaryExpr, Expr, JoinType, LogicalPlan, Operator};
+use datafusion::logical_expr::{Aggregate, BinaryExpr, Expr, JoinType, LogicalPlan, Operator};
 
 /// The extremum a query depends on: a column of the groups' table and
 /// whether it is the maximum (else the minimum).
@@ -229,10 +229,17 @@ fn extremum_of(p: &LogicalPlan, m: &Column) -> Option<(usize, bool)> {
         let (input, col) = renamed(p, m)?;
         return extremum_of(input, &col);
     };
+    let (max, arg) = lone_min_max(agg)?;
+    p.schema().index_of_column(m).ok().filter(|&i| i == 0)?;
+    Some((table_column(&agg.input, &arg, false)?, max))
+}
+
+/// `agg` as one `MAX` (true) or `MIN` of a column, without `GROUP BY`,
+/// `DISTINCT`, `FILTER` or `ORDER BY`: a window's extremum.
+pub(super) fn lone_min_max(agg: &Aggregate) -> Option<(bool, Column)> {
     if !agg.group_expr.is_empty() || agg.aggr_expr.len() != 1 {
         return None;
     }
-    p.schema().index_of_column(m).ok().filter(|&i| i == 0)?;
     let Expr::AggregateFunction(af) = agg.aggr_expr[0].clone().unalias_nested().data else {
         return None;
     };
@@ -241,14 +248,14 @@ fn extremum_of(p: &LogicalPlan, m: &Column) -> Option<(usize, bool)> {
         "min" => false,
         _ => return None,
     };
-    let prm = &af.params;
+    let prm = af.params;
     if prm.distinct || prm.filter.is_some() || !prm.order_by.is_empty() {
         return None;
     }
-    let [Expr::Column(arg)] = prm.args.as_slice() else {
-        return None;
-    };
-    Some((table_column(&agg.input, arg, false)?, max))
+    match <[Expr; 1]>::try_from(prm.args) {
+        Ok([Expr::Column(arg)]) => Some((max, arg)),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -180,24 +180,14 @@ fn extremum(p: &LogicalPlan) -> Option<Ranked<'_>> {
         let LogicalPlan::Aggregate(agg) = inner else {
             return None;
         };
-        if !agg.group_expr.is_empty() || agg.aggr_expr.len() != 1 || agg.input != f.input {
+        if agg.input != f.input {
             return None;
         }
-        let Expr::AggregateFunction(af) = agg.aggr_expr[0].clone().unalias() else {
-            return None;
-        };
-        let asc = match af.func.name() {
-            "max" => false,
-            "min" => true,
-            _ => return None,
-        };
-        let p = &af.params;
-        if p.distinct || p.filter.is_some() || !p.order_by.is_empty() || p.args.len() != 1 {
+        let (max, arg) = super::extremal::lone_min_max(agg)?;
+        if &arg != col {
             return None;
         }
-        if p.args[0] != Expr::Column(col.clone()) {
-            return None;
-        }
+        let asc = !max;
         Some(Ranked {
             base: f.input.as_ref(),
             partition: Vec::new(),
