@@ -242,6 +242,13 @@ fn by_window<'a>(updates: impl Iterator<Item = &'a Update>) -> Vec<(Window, Vec<
 /// An open group, borrowed where the host keeps it.
 type OpenGroup<'a> = (&'a (Window, u64), &'a Vec<AggState>);
 
+/// Window `w`'s open groups of `keys` (borrowed), those it has.
+fn open_of<'a>(open: &'a super::OpenStates, w: Window, keys: &[u64]) -> Vec<OpenGroup<'a>> {
+    keys.iter()
+        .filter_map(|k| open.get_key_value(&(w, *k)))
+        .collect()
+}
+
 /// Window `w`'s open groups (borrowed: a changed window's groups are read,
 /// not copied).
 fn open_groups(open: &super::OpenStates, w: Window) -> Vec<OpenGroup<'_>> {
@@ -538,10 +545,7 @@ impl IncrementalView {
                     .collect();
                 let changed: Vec<&Update> = moved.iter().copied().chain(&gone_updates).collect();
                 let keys = self.touched(post, parts, w, &changed)?;
-                let old: Vec<OpenGroup<'_>> = keys
-                    .iter()
-                    .filter_map(|k| self.open.get_key_value(&(w, *k)))
-                    .collect();
+                let old = open_of(&self.open, w, &keys);
                 let old = self.post_eval(post, w, &old)?;
                 let new: Vec<&Update> = keys
                     .iter()
@@ -554,7 +558,7 @@ impl IncrementalView {
                 let wp = parts.windows.entry(w).or_default();
                 wp.result.replace(parts.out.as_ref(), &old, &new)?;
             }
-            match parts.windows.remove(&w) {
+            match parts.windows.get(&w) {
                 Some(wp) => wp.result.batch(parts.out.as_ref()),
                 None => Ok(None),
             }
@@ -580,10 +584,7 @@ impl IncrementalView {
         if let Some(parts) = parts.as_deref_mut() {
             for (w, changed) in by_window(step.changed.iter()) {
                 let keys = self.touched(post, parts, w, &changed)?;
-                let old: Vec<OpenGroup<'_>> = keys
-                    .iter()
-                    .filter_map(|k| self.open.get_key_value(&(w, *k)))
-                    .collect();
+                let old = open_of(&self.open, w, &keys);
                 let res = self.post_eval(post, w, &old)?;
                 before.push((w, keys, res));
             }
@@ -615,10 +616,7 @@ impl IncrementalView {
             OutputMode::Update => {
                 if let Some(parts) = parts.as_deref_mut() {
                     for (w, keys, old) in before {
-                        let new: Vec<OpenGroup<'_>> = keys
-                            .iter()
-                            .filter_map(|k| self.open.get_key_value(&(w, *k)))
-                            .collect();
+                        let new = open_of(&self.open, w, &keys);
                         let res = self.post_eval(post, w, &new)?;
                         let kept = &mut parts.windows.entry(w).or_default().result;
                         let emit = kept.replace(parts.out.as_ref(), &old, &res)?;
