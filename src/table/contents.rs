@@ -47,8 +47,13 @@ type Map<K, V> =
 /// The persistent part: cheap to clone, what a snapshot holds.
 #[derive(Clone, Default)]
 pub(crate) struct Rows {
-    /// Each window's rows by key.
+    /// Each window's rows by key (views with a key).
     windows: imbl::OrdMap<WindowKey, Map<Bytes, Bytes>>,
+    /// Each window's rows as emitted, batch by batch in the view's layout
+    /// (views without a key): nothing looks a row up, so no row is encoded
+    /// (encoding them one by one, and freeing them, was most of a closing
+    /// trigger's table upkeep for the top-rows views).
+    emitted: imbl::OrdMap<WindowKey, imbl::Vector<RecordBatch>>,
     /// Each key's windows in order (views with a key): a key is in few
     /// windows at once, so a small slice replaced whole on change, not a
     /// persistent set (whose first node, allocated per key, made up most of
@@ -59,21 +64,19 @@ pub(crate) struct Rows {
 }
 
 impl Rows {
-    fn insert(&mut self, w: WindowKey, key: Bytes, row: Bytes, keyed: bool) {
+    fn insert(&mut self, w: WindowKey, key: Bytes, row: Bytes) {
         // an upsert in a window the key is in already leaves the index as it
         // is: reading first spares copying nodes a snapshot shares
-        if keyed {
-            let ws: Option<Arc<[WindowKey]>> = match self.by_key.get(&key) {
-                None => Some(Arc::from([w])),
-                Some(ws) => ws.binary_search(&w).err().map(|at| {
-                    let mut v = ws.to_vec();
-                    v.insert(at, w);
-                    v.into()
-                }),
-            };
-            if let Some(ws) = ws {
-                self.by_key.insert(key.clone(), ws);
-            }
+        let ws: Option<Arc<[WindowKey]>> = match self.by_key.get(&key) {
+            None => Some(Arc::from([w])),
+            Some(ws) => ws.binary_search(&w).err().map(|at| {
+                let mut v = ws.to_vec();
+                v.insert(at, w);
+                v.into()
+            }),
+        };
+        if let Some(ws) = ws {
+            self.by_key.insert(key.clone(), ws);
         }
         if self
             .windows
@@ -84,6 +87,15 @@ impl Rows {
         {
             self.len += 1;
         }
+    }
+
+    /// Rows of window `w` of a view without a key.
+    fn append(&mut self, w: WindowKey, rows: RecordBatch) {
+        if rows.num_rows() == 0 {
+            return;
+        }
+        self.len += rows.num_rows();
+        self.emitted.entry(w).or_default().push_back(rows);
     }
 
     /// Every row held, windows in order of their end.
@@ -99,6 +111,9 @@ impl Rows {
     }
 
     fn remove_window(&mut self, w: WindowKey) {
+        if let Some(batches) = self.emitted.remove(&w) {
+            self.len -= batches.iter().map(|b| b.num_rows()).sum::<usize>();
+        }
         let Some(rows) = self.windows.remove(&w) else {
             return;
         };
@@ -118,6 +133,19 @@ impl Rows {
         }
     }
 
+    /// The windows held, in order of their end.
+    fn window_keys(&self) -> Vec<WindowKey> {
+        let mut ws: Vec<WindowKey> = self
+            .windows
+            .keys()
+            .chain(self.emitted.keys())
+            .copied()
+            .collect();
+        ws.sort_unstable();
+        ws.dedup();
+        ws
+    }
+
     /// Number of rows held.
     pub fn len(&self) -> usize {
         self.len
@@ -125,7 +153,7 @@ impl Rows {
 
     /// Number of windows held.
     pub fn windows(&self) -> usize {
-        self.windows.len()
+        self.windows.len() + self.emitted.len()
     }
 }
 
@@ -206,6 +234,19 @@ impl Layout {
         Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
     }
 
+    /// `rows` (in the view's layout) under the view's schema.
+    fn laid_out(&self, rows: &RecordBatch) -> Result<RecordBatch> {
+        if rows.schema() == self.schema {
+            return Ok(rows.clone());
+        }
+        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.num_rows()));
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            rows.columns().to_vec(),
+            &options,
+        )?)
+    }
+
     /// The key bytes of one row given as one array per key column (cast to
     /// the key's types), or an error naming the column that does not fit.
     pub fn encode_key(&self, values: &[ArrayRef]) -> Result<Bytes> {
@@ -271,6 +312,25 @@ fn key_at(keys: &arrow::row::Rows, i: usize) -> Bytes {
     }
 }
 
+/// Runs of rows `0..n` with the same `of(i)`: (first row, length, value).
+fn runs<T: PartialEq>(n: usize, of: impl Fn(usize) -> T) -> Vec<(usize, usize, T)> {
+    let mut out: Vec<(usize, usize, T)> = Vec::new();
+    for i in 0..n {
+        let v = of(i);
+        match out.last_mut() {
+            Some((_, len, last)) if *last == v => *len += 1,
+            _ => out.push((i, 1, v)),
+        }
+    }
+    out
+}
+
+/// `part` (a slice) in buffers of its own, so that holding it does not hold
+/// the rest of the batch it was cut from.
+fn compact(part: &RecordBatch) -> Result<RecordBatch> {
+    Ok(arrow::compute::concat_batches(&part.schema(), [part])?)
+}
+
 /// A view's live contents: the layout, the rows, and the replay rule.
 pub(crate) struct Contents {
     pub layout: Arc<Layout>,
@@ -280,8 +340,6 @@ pub(crate) struct Contents {
     windowed: bool,
     /// The `final` column of the runtime's rows (Update mode).
     final_col: Option<usize>,
-    /// Keys of rows of views without a key: a counter.
-    seq: u64,
     pub rows: Rows,
     /// Whether the engine keeps tables at all ([`crate::EngineBuilder::tables`]).
     pub enabled: bool,
@@ -302,7 +360,6 @@ impl Contents {
             retention,
             windowed,
             final_col,
-            seq: 0,
             rows: Rows::default(),
             enabled: true,
         }
@@ -320,62 +377,66 @@ impl Contents {
         if !self.enabled {
             return Ok(());
         }
-        if self.mode == OutputMode::Complete {
+        let mode = self.mode;
+        if mode == OutputMode::Complete {
             self.rows = Rows::default();
         }
-        let keyed = self.layout.key.is_some();
         // windows whose final rows this trigger brings: cleared once, first
         let mut finals: BTreeSet<WindowKey> = BTreeSet::new();
         for (rb, sb) in runtime.iter().zip(shown) {
-            if rb.num_rows() == 0 {
+            let n = rb.num_rows();
+            if n == 0 {
                 continue;
             }
-            let (starts, ends) = match self.windowed {
-                true => (
-                    Some(to_millis(rb.column(0).as_ref())?),
-                    Some(to_millis(rb.column(1).as_ref())?),
-                ),
-                false => (None, None),
+            let bounds = match self.windowed {
+                true => Some((
+                    to_millis(rb.column(0).as_ref())?,
+                    to_millis(rb.column(1).as_ref())?,
+                )),
+                false => None,
+            };
+            let wk = |i: usize| match &bounds {
+                Some((s, e)) => (e.value(i), s.value(i)),
+                None => ALL_TIME,
             };
             let fin: Option<BooleanArray> = self.final_col.map(|c| {
                 rb.column(c)
                     .as_any()
                     .downcast_ref::<BooleanArray>()
                     .cloned()
-                    .unwrap_or_else(|| BooleanArray::from(vec![false; rb.num_rows()]))
+                    .unwrap_or_else(|| BooleanArray::from(vec![false; n]))
             });
-            let keys = match &self.layout.key {
-                Some((cols, conv, _)) => {
-                    let arrays: Vec<ArrayRef> =
-                        cols.iter().map(|&c| rb.column(c).clone()).collect();
-                    Some(conv.convert_columns(&arrays)?)
-                }
-                None => None,
+            // Append's rows are all final; Complete's replace everything anyway
+            let is_final = |i: usize| match &fin {
+                Some(f) => f.value(i),
+                None => mode == OutputMode::Append,
             };
+            let Some((cols, conv, _)) = &self.layout.key else {
+                let sb = self.layout.laid_out(sb)?;
+                let runs = runs(n, |i| (wk(i), is_final(i)));
+                let whole = runs.len() == 1;
+                for (at, len, (wk, f)) in runs {
+                    if f && finals.insert(wk) {
+                        self.rows.remove_window(wk);
+                    }
+                    let part = match whole {
+                        true => sb.clone(),
+                        false => compact(&sb.slice(at, len))?,
+                    };
+                    self.rows.append(wk, part);
+                }
+                continue;
+            };
+            let arrays: Vec<ArrayRef> = cols.iter().map(|&c| rb.column(c).clone()).collect();
+            let keys = conv.convert_columns(&arrays)?;
             let rows = self.layout.rows.convert_columns(sb.columns())?;
-            for i in 0..rb.num_rows() {
-                let wk = match (&starts, &ends) {
-                    (Some(s), Some(e)) => (e.value(i), s.value(i)),
-                    _ => ALL_TIME,
-                };
-                // Append's rows are all final; Complete's replace everything anyway
-                let is_final = match (&fin, self.mode) {
-                    (Some(f), _) => f.value(i),
-                    (None, OutputMode::Append) => true,
-                    (None, _) => false,
-                };
-                if is_final && finals.insert(wk) {
+            for i in 0..n {
+                let wk = wk(i);
+                if is_final(i) && finals.insert(wk) {
                     self.rows.remove_window(wk);
                 }
-                let key: Bytes = match &keys {
-                    Some(k) => key_at(k, i),
-                    None => {
-                        self.seq += 1;
-                        self.seq.to_be_bytes().as_slice().into()
-                    }
-                };
                 self.rows
-                    .insert(wk, key, rows.row(i).as_ref().into(), keyed);
+                    .insert(wk, key_at(&keys, i), rows.row(i).as_ref().into());
             }
         }
         self.retain(w);
@@ -389,13 +450,24 @@ impl Contents {
         if !self.enabled || self.rows.len() == 0 {
             return Ok(None);
         }
-        let (mut starts, mut ends, mut rows) = (Vec::new(), Vec::new(), Vec::new());
-        for (w, r) in self.rows.iter() {
-            starts.push(w.1);
-            ends.push(w.0);
-            rows.push(r);
+        let (mut starts, mut ends, mut parts) = (Vec::new(), Vec::new(), Vec::new());
+        if !self.rows.windows.is_empty() {
+            let mut rows = Vec::new();
+            for (w, r) in self.rows.iter() {
+                starts.push(w.1);
+                ends.push(w.0);
+                rows.push(r);
+            }
+            parts.push(self.layout.decode(rows)?);
         }
-        let b = self.layout.decode(rows)?;
+        for (w, batches) in self.rows.emitted.iter() {
+            for b in batches.iter() {
+                starts.extend(std::iter::repeat_n(w.1, b.num_rows()));
+                ends.extend(std::iter::repeat_n(w.0, b.num_rows()));
+                parts.push(b.clone());
+            }
+        }
+        let b = arrow::compute::concat_batches(&self.layout.schema, &parts)?;
         let mut fields = vec![
             arrow::datatypes::Field::new(
                 "_thund_window_start",
@@ -426,7 +498,6 @@ impl Contents {
     /// Restore what [`Self::export`] wrote.
     pub fn import<'a>(&mut self, batches: impl IntoIterator<Item = &'a RecordBatch>) -> Result<()> {
         self.rows = Rows::default();
-        let keyed = self.layout.key.is_some();
         let bad = |m: &str| Error::CheckpointFormat {
             view: self.layout.view.clone(),
             message: format!("table contents: {m}"),
@@ -438,30 +509,30 @@ impl Contents {
             }
             let starts = to_millis(b.column(0).as_ref())?;
             let ends = to_millis(b.column(1).as_ref())?;
+            let wk = |i: usize| (ends.value(i), starts.value(i));
             let cols = b.columns()[2..].to_vec();
-            let rows = self.layout.rows.convert_columns(&cols)?;
-            let keys = match &self.layout.key {
-                Some((_, conv, _)) => {
-                    let k: Vec<ArrayRef> = self
-                        .layout
-                        .key_shown
-                        .iter()
-                        .map(|&i| cols[i].clone())
-                        .collect();
-                    Some(conv.convert_columns(&k)?)
+            let Some((_, conv, _)) = &self.layout.key else {
+                let options =
+                    arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows()));
+                let rows =
+                    RecordBatch::try_new_with_options(self.layout.schema.clone(), cols, &options)
+                        .map_err(|e| bad(&e.to_string()))?;
+                for (at, len, wk) in runs(b.num_rows(), wk) {
+                    self.rows.append(wk, compact(&rows.slice(at, len))?);
                 }
-                None => None,
+                continue;
             };
+            let rows = self.layout.rows.convert_columns(&cols)?;
+            let k: Vec<ArrayRef> = self
+                .layout
+                .key_shown
+                .iter()
+                .map(|&i| cols[i].clone())
+                .collect();
+            let keys = conv.convert_columns(&k)?;
             for i in 0..b.num_rows() {
-                let key: Bytes = match &keys {
-                    Some(k) => key_at(k, i),
-                    None => {
-                        self.seq += 1;
-                        self.seq.to_be_bytes().as_slice().into()
-                    }
-                };
-                let w = (ends.value(i), starts.value(i));
-                self.rows.insert(w, key, rows.row(i).as_ref().into(), keyed);
+                self.rows
+                    .insert(wk(i), key_at(&keys, i), rows.row(i).as_ref().into());
             }
         }
         Ok(())
@@ -483,9 +554,9 @@ impl Contents {
         let Some(w) = w else { return };
         let closed: Vec<WindowKey> = self
             .rows
-            .windows
-            .range(..=(w, EventTime::MAX))
-            .map(|(k, _)| *k)
+            .window_keys()
+            .into_iter()
+            .take_while(|k| k.0 <= w)
             .filter(|k| *k != ALL_TIME)
             .collect();
         let drop: Vec<WindowKey> = match self.retention {
@@ -520,6 +591,11 @@ pub(crate) struct Published {
 impl Published {
     /// Every row held, windows in order of their end.
     pub fn batch(&self) -> Result<RecordBatch> {
+        if self.rows.windows.is_empty() {
+            let parts: Vec<&RecordBatch> =
+                self.rows.emitted.values().flat_map(|b| b.iter()).collect();
+            return Ok(arrow::compute::concat_batches(&self.layout.schema, parts)?);
+        }
         self.layout.decode(self.rows.iter().map(|(_, r)| r))
     }
 

@@ -414,21 +414,35 @@ fn a_subscriber_gets_every_trigger_in_order_and_a_slow_one_is_told_it_lagged() {
 }
 
 /// A resumed engine's table is the one the checkpoint's engine had, and both
-/// go on alike.
+/// go on alike: for a keyed view, and for one without a key whose open
+/// windows hold every row emitted so far.
 #[test]
 fn the_table_is_checkpointed_and_restored() {
-    let root = "memory://tables-restore";
-    let view = || {
-        ViewSpec::builder(
-            "v",
+    for (root, sql, mode) in [
+        (
+            "memory://tables-restore",
             "SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k",
-        )
-        .source("t", "ts", common::schema())
-        .window(WindowSpec::tumbling(Duration::from_secs(1)))
-        .output(OutputMode::Append)
-        .retention(Retention::Windows(3))
-        .build()
-        .expect("spec")
+            OutputMode::Append,
+        ),
+        (
+            "memory://tables-restore-unkeyed",
+            "SELECT k, v FROM t WHERE v >= 0",
+            OutputMode::Update,
+        ),
+    ] {
+        table_restores(root, sql, mode);
+    }
+}
+
+fn table_restores(root: &str, sql: &str, mode: OutputMode) {
+    let view = || {
+        ViewSpec::builder("v", sql)
+            .source("t", "ts", common::schema())
+            .window(WindowSpec::tumbling(Duration::from_secs(1)))
+            .output(mode)
+            .retention(Retention::Windows(3))
+            .build()
+            .expect("spec")
     };
     let trig = |i: i64| -> Vec<Ev> { (0..6).map(|k| ev(i * 700 + k * 13, k % 3)).collect() };
     let mut a = Engine::builder()
