@@ -1,9 +1,11 @@
 //! The incremental windowed join (see `plan::join`): each side's rows are
-//! evaluated on the host (its filters and projections, its join keys), encoded
-//! with `arrow::row`, and handed to a `thund_dataflows::WindowedJoin` as ids
-//! by (window, join key); the pairs it returns are kept per open window, and
-//! the rest of the query runs per window on DataFusion over that window's
-//! pairs, decoded back to rows. Where the rest is an aggregate over the
+//! evaluated on the host (its filters and projections, its join keys), kept
+//! as columns (see [`super::arena`]), and handed to a
+//! `thund_dataflows::WindowedJoin` as ids by (window, join key): a key's id
+//! is its value where the key is one integer column, else its bytes
+//! (`arrow::row`) interned per window. The pairs it returns are kept per
+//! open window, and the rest of the query runs per window on DataFusion over
+//! that window's pairs, gathered back into columns. Where the rest is an aggregate over the
 //! join's output (see `plan::joined`), the new pairs of a step are decoded
 //! and folded into it instead: an [`IncrementalView`] over the join's
 //! output, each pair at its window's start (over hopping windows, in the
@@ -32,7 +34,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use rustc_hash::FxHashMap;
 use thund_dataflows::{Cluster, JoinRow, Pair, Side, WindowedJoin};
 
-use super::keys::{KeyBytes, RowArena, WindowKeyIds};
+use super::arena::ColumnArena;
+use super::keys::WindowKeyIds;
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::changes::changed_rows;
@@ -70,12 +73,13 @@ pub(crate) struct JoinView {
     feeds: Vec<Vec<usize>>,
     /// Encodes join keys (both sides: the same types).
     key_conv: RowConverter,
-    /// Encodes each side's rows.
-    row_conv: [RowConverter; 2],
     /// Join keys' ids per window (the dataflow carries them).
     keys: WindowKeyIds,
+    /// Whether a join key's id is its value: one integer column whose NULLs
+    /// never meet (no dictionary then).
+    by_value: bool,
     /// Each side's rows, by id.
-    rows: [RowArena; 2],
+    rows: [ColumnArena; 2],
     cluster: Cluster,
     join: WindowedJoin,
     /// The join's output per open window: `(left id, right id) -> count`.
@@ -166,6 +170,56 @@ fn kept_types(side: &CompiledSide) -> Vec<DataType> {
 }
 
 /// A schema of columns `c0…` of these types (all nullable).
+/// Each row's join key, as its id in a window is made of it.
+enum RowKeys {
+    /// The key's value is its id.
+    Values(Vec<u64>),
+    /// The key's bytes, interned per window.
+    Encoded(arrow::row::Rows),
+}
+
+/// The values of one integer column of at most 64 bits as distinct `u64`s
+/// (`None`: another type). NULL slots give whatever value they hold.
+fn value_ids(col: &ArrayRef) -> Option<Vec<u64>> {
+    use arrow::datatypes::*;
+    macro_rules! ids {
+        ($t:ty) => {
+            col.as_primitive_opt::<$t>()
+                .map(|a| a.values().iter().map(|&v| v as u64).collect())
+        };
+    }
+    match col.data_type() {
+        DataType::Int8 => ids!(Int8Type),
+        DataType::Int16 => ids!(Int16Type),
+        DataType::Int32 => ids!(Int32Type),
+        DataType::Int64 => ids!(Int64Type),
+        DataType::UInt8 => ids!(UInt8Type),
+        DataType::UInt16 => ids!(UInt16Type),
+        DataType::UInt32 => ids!(UInt32Type),
+        DataType::UInt64 => ids!(UInt64Type),
+        DataType::Date32 => ids!(Date32Type),
+        DataType::Date64 => ids!(Date64Type),
+        DataType::Timestamp(TimeUnit::Second, _) => ids!(TimestampSecondType),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => ids!(TimestampMillisecondType),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => ids!(TimestampMicrosecondType),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => ids!(TimestampNanosecondType),
+        _ => None,
+    }
+}
+
+/// Row `i`'s join key id in `window` (`ids`: the windows' dictionaries).
+fn key_id(ids: &mut WindowKeyIds, keys: &RowKeys, i: usize, window: Window) -> u64 {
+    match keys {
+        RowKeys::Values(v) => v[i],
+        RowKeys::Encoded(rows) => ids.intern(window, rows.row(i).as_ref()),
+    }
+}
+
+/// Each side's (empty) store of rows.
+fn arenas(plan: &CompiledJoin) -> [ColumnArena; 2] {
+    [0, 1].map(|s| ColumnArena::new(kept_types(&plan.sides[s])))
+}
+
 fn schema_of(types: &[DataType]) -> SchemaRef {
     Arc::new(Schema::new(
         types
@@ -218,10 +272,6 @@ impl JoinView {
         let rest = eval.prepare(&eval.optimize(&rest)?)?;
         let out = output_schema(&eval.out_schema, Some(&plan.bound), mode);
         let key_conv = converter(&plan.key_types)?;
-        let row_conv = [
-            converter(&kept_types(&plan.sides[0]))?,
-            converter(&kept_types(&plan.sides[1]))?,
-        ];
         let join = WindowedJoin::spawn_on(&cluster).map_err(|e| Error::dataflow(view, e))?;
         let mut plan = plan;
         let then = match plan.then.take() {
@@ -233,6 +283,9 @@ impl JoinView {
             }
             None => None,
         };
+        let rows = arenas(&plan);
+        let by_value = !plan.nulls_meet
+            && matches!(&plan.key_types[..], [t] if value_ids(&arrow::array::new_empty_array(t)).is_some());
         Ok(JoinView {
             then,
             view: view.to_string(),
@@ -244,9 +297,9 @@ impl JoinView {
             rest,
             feeds,
             key_conv,
-            row_conv,
             keys: WindowKeyIds::default(),
-            rows: [RowArena::default(), RowArena::default()],
+            by_value,
+            rows,
             cluster,
             join,
             pairs: BTreeMap::new(),
@@ -311,50 +364,51 @@ impl JoinView {
         if n == 0 {
             return Ok(());
         }
+        let (key_cols, key_rows) = self.encode(s, rows)?;
+        let floor = w_prev.unwrap_or(EventTime::MIN);
+        let open = |window: &Window| w_prev.is_none() || window.end > floor;
+        // the rows that join, stored once each until the last of their
+        // windows closes: by that expiry
+        let mut by_expiry: BTreeMap<EventTime, Vec<u32>> = BTreeMap::new();
+        for i in 0..n {
+            if !self.plan.nulls_meet && key_cols.iter().any(|c| c.is_null(i)) {
+                continue;
+            }
+            let t = times.value(i);
+            let Some(last) = self.plan.windows.windows_of(t).last() else {
+                continue;
+            };
+            if open(&last) {
+                by_expiry.entry(last.end).or_default().push(i as u32);
+            }
+        }
         let kept: Vec<ArrayRef> = self.plan.sides[s]
             .keep
             .iter()
             .map(|&j| rows.column(j).clone())
             .collect();
-        let (key_cols, key_rows, row_rows) = self.encode(s, rows, &kept)?;
         let side_of = side_of(s);
-        let floor = w_prev.unwrap_or(EventTime::MIN);
-        for i in 0..n {
-            if !self.plan.nulls_meet && key_cols.iter().any(|c| c.is_null(i)) {
-                continue;
-            }
-            let (k, r) = (key_rows.row(i), row_rows.row(i));
-            // the row once, until the last of its windows closes
-            let t = times.value(i);
-            let Some(expiry) = self.plan.windows.windows_of(t).last().map(|l| l.end) else {
-                continue;
-            };
-            let mut row = None;
-            for window in self.plan.windows.windows_of(t) {
-                if w_prev.is_some() && window.end <= floor {
-                    continue;
+        for (expiry, at) in by_expiry {
+            let ids = self.rows[s].push(&kept, &at, expiry)?;
+            for (&i, id) in at.iter().zip(ids) {
+                let t = times.value(i as usize);
+                for window in self.plan.windows.windows_of(t).filter(open) {
+                    out.push(JoinRow {
+                        side: side_of,
+                        window,
+                        key: key_id(&mut self.keys, &key_rows, i as usize, window),
+                        row: id,
+                        count: 1,
+                    });
                 }
-                let id = *row.get_or_insert_with(|| self.rows[s].push(r.as_ref(), expiry));
-                out.push(JoinRow {
-                    side: side_of,
-                    window,
-                    key: self.keys.intern(window, k.as_ref()),
-                    row: id,
-                    count: 1,
-                });
             }
         }
         Ok(())
     }
 
-    /// Side `s`'s rows `rows` (all the side's columns; `kept` the ones it
-    /// keeps) encoded: the join key columns, the keys and the kept rows.
-    fn encode(
-        &self,
-        s: usize,
-        rows: &RecordBatch,
-        kept: &[ArrayRef],
-    ) -> Result<(Vec<ArrayRef>, arrow::row::Rows, arrow::row::Rows)> {
+    /// Side `s`'s rows `rows` (all the side's columns): the join key columns
+    /// and the keys as their ids are made of them.
+    fn encode(&self, s: usize, rows: &RecordBatch) -> Result<(Vec<ArrayRef>, RowKeys)> {
         let n = rows.num_rows();
         let key_cols = self.plan.sides[s]
             .keys
@@ -362,9 +416,13 @@ impl JoinView {
             .map(|e| e.evaluate(rows).and_then(|v| v.into_array(n)))
             .collect::<datafusion::error::Result<Vec<_>>>()
             .map_err(|e| Error::eval(&self.view, e))?;
+        if let (true, [col]) = (self.by_value, &key_cols[..]) {
+            if let Some(v) = value_ids(col) {
+                return Ok((key_cols, RowKeys::Values(v)));
+            }
+        }
         let key_rows = self.key_conv.convert_columns(&key_cols)?;
-        let row_rows = self.row_conv[s].convert_columns(kept)?;
-        Ok((key_cols, key_rows, row_rows))
+        Ok((key_cols, RowKeys::Encoded(key_rows)))
     }
 
     /// Take in one trigger's on-time rows.
@@ -555,12 +613,17 @@ impl JoinView {
     ) -> Result<([Vec<ArrayRef>; 2], usize)> {
         let (left, right): (Vec<u64>, Vec<u64>) = pairs.unzip();
         let n = left.len();
-        let side = |s: usize, ids: &[u64]| -> Result<Vec<ArrayRef>> {
-            let parser = self.row_conv[s].parser();
-            let rows = ids.iter().map(|&id| parser.parse(self.rows[s].bytes(id)));
-            Ok(self.row_conv[s].convert_rows(rows)?)
-        };
-        Ok(([side(0, &left)?, side(1, &right)?], n))
+        Ok((
+            [self.side_columns(0, &left)?, self.side_columns(1, &right)?],
+            n,
+        ))
+    }
+
+    /// Side `s`'s kept columns of its rows `ids`.
+    fn side_columns(&self, s: usize, ids: &[u64]) -> Result<Vec<ArrayRef>> {
+        self.rows[s]
+            .gather(ids)?
+            .ok_or_else(|| Error::internal(&self.view, "a join's pair names a row no longer held"))
     }
 
     /// Both sides' kept columns (`n` rows) as rows of the join's output
@@ -630,9 +693,8 @@ impl JoinView {
         let starts = Int64Array::from_iter_values(mine.iter().map(|r| r.window.start));
         let ends = Int64Array::from_iter_values(mine.iter().map(|r| r.window.end));
         let counts = Int64Array::from_iter_values(mine.iter().map(|r| r.count));
-        let parser = self.row_conv[s].parser();
-        let decoded = self.row_conv[s]
-            .convert_rows(mine.iter().map(|r| parser.parse(self.rows[s].bytes(r.row))))?;
+        let ids: Vec<u64> = mine.iter().map(|r| r.row).collect();
+        let decoded = self.side_columns(s, &ids)?;
         let mut cols: Vec<ArrayRef> = vec![Arc::new(starts), Arc::new(ends), Arc::new(counts)];
         cols.extend(decoded);
         let mut fields = vec![
@@ -817,7 +879,7 @@ impl ViewRuntime for JoinView {
                 .ok_or_else(|| bad(what, "expected Int64"))
         };
         self.keys = WindowKeyIds::default();
-        self.rows = [RowArena::default(), RowArena::default()];
+        self.rows = arenas(&self.plan);
         self.windows.clear();
         for b in loaded.batches(WINDOWS_FILE) {
             let (s, e) = (int(b, 0, WINDOWS_FILE)?, int(b, 1, WINDOWS_FILE)?);
@@ -843,9 +905,9 @@ impl ViewRuntime for JoinView {
                     Field::new(format!("c{j}"), types[j].clone(), true)
                 })?;
                 let side_rows = batch_of(wide, n)?;
-                let mut made = Vec::new();
                 // the side's rows once per stored (window, row), in that window
-                let (_, key_rows, row_rows) = self.encode(s, &side_rows, &kept)?;
+                let (_, key_rows) = self.encode(s, &side_rows)?;
+                let mut by_end: BTreeMap<EventTime, Vec<u32>> = BTreeMap::new();
                 for i in 0..n {
                     let window = Window::new(starts.value(i), ends.value(i));
                     if window.end <= at || counts.value(i) <= 0 {
@@ -861,13 +923,21 @@ impl ViewRuntime for JoinView {
                             ),
                         ));
                     }
-                    made.push(JoinRow {
-                        side: side_of(s),
-                        window,
-                        key: self.keys.intern(window, key_rows.row(i).as_ref()),
-                        row: self.rows[s].push(row_rows.row(i).as_ref(), window.end),
-                        count: counts.value(i),
-                    });
+                    by_end.entry(window.end).or_default().push(i as u32);
+                }
+                let mut made = Vec::new();
+                for (end, at) in by_end {
+                    let ids = self.rows[s].push(&kept, &at, end)?;
+                    for (&i, id) in at.iter().zip(ids) {
+                        let (i, window) = (i as usize, Window::new(starts.value(i as usize), end));
+                        made.push(JoinRow {
+                            side: side_of(s),
+                            window,
+                            key: key_id(&mut self.keys, &key_rows, i, window),
+                            row: id,
+                            count: counts.value(i),
+                        });
+                    }
                 }
                 rows.extend(made);
             }

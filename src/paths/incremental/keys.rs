@@ -257,94 +257,6 @@ impl KeyDictionary {
     }
 }
 
-/// Rows by id, for the rows a join holds: each row is stored once, in the
-/// segment of the rows that expire when it does (the end of the last window
-/// it is in), and its id is the segment's number and its place there. Unlike
-/// [`KeyDictionary`] it does not look rows up (equal rows get their own ids,
-/// which only splits a multiplicity), so storing one is an append and
-/// reclaiming a closed window's rows drops their segment.
-#[derive(Debug, Default)]
-pub(super) struct RowArena {
-    /// The segment that takes the rows expiring at each end.
-    open: BTreeMap<EventTime, u32>,
-    segments: FxHashMap<u32, Segment>,
-    next: u32,
-}
-
-/// The rows of one [`RowArena`] segment: their bytes, end to end, and where
-/// each ends.
-#[derive(Debug, Default)]
-struct Segment {
-    bytes: Vec<u8>,
-    ends: Vec<usize>,
-}
-
-impl RowArena {
-    /// Stores `row`, which can be read until `reclaim` passes `expiry`; its id.
-    pub(super) fn push(&mut self, row: &[u8], expiry: EventTime) -> u64 {
-        let mut no = match self.open.get(&expiry) {
-            Some(&no) => no,
-            None => self.start(expiry),
-        };
-        if self
-            .segments
-            .get(&no)
-            .is_some_and(|s| s.ends.len() > u32::MAX as usize)
-        {
-            no = self.start(expiry);
-        }
-        let seg = self.segments.entry(no).or_default();
-        seg.bytes.extend_from_slice(row);
-        seg.ends.push(seg.bytes.len());
-        (u64::from(no) << 32) | (seg.ends.len() - 1) as u64
-    }
-
-    /// A new segment for the rows expiring at `expiry` (a number no segment
-    /// held now has).
-    fn start(&mut self, expiry: EventTime) -> u32 {
-        while self.segments.contains_key(&self.next) {
-            self.next = self.next.wrapping_add(1);
-        }
-        let no = self.next;
-        self.next = self.next.wrapping_add(1);
-        self.segments.insert(no, Segment::default());
-        self.open.insert(expiry, no);
-        no
-    }
-
-    /// Drops the rows that expire at or before `w`.
-    pub(super) fn reclaim(&mut self, w: EventTime) {
-        let keep = match w.checked_add(1) {
-            Some(after) => self.open.split_off(&after),
-            None => BTreeMap::new(),
-        };
-        for (_, no) in std::mem::replace(&mut self.open, keep) {
-            self.segments.remove(&no);
-        }
-    }
-
-    /// Rows held.
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
-        self.segments.values().map(|s| s.ends.len()).sum()
-    }
-}
-
-impl KeyBytes for RowArena {
-    fn bytes(&self, id: u64) -> &[u8] {
-        let (no, i) = ((id >> 32) as u32, (id & u64::from(u32::MAX)) as usize);
-        let Some(seg) = self.segments.get(&no) else {
-            return &[];
-        };
-        let start = match i {
-            0 => 0,
-            _ => seg.ends.get(i - 1).copied().unwrap_or(0),
-        };
-        let end = seg.ends.get(i).copied().unwrap_or(start);
-        seg.bytes.get(start..end).unwrap_or(&[])
-    }
-}
-
 /// A join's key ids, per window: rows meet only within their window, so an
 /// id need only name a key within one, and a closed window's ids go with
 /// it. Keys of at most 15 bytes are looked up [`packed`]; longer ones by
@@ -570,39 +482,6 @@ mod tests {
         assert_eq!(ids.len(), 2 * distinct.len());
         ids.reclaim(EventTime::MAX);
         assert_eq!(ids.len(), 0);
-    }
-
-    /// Rows of random lengths (empty ones too) at random expiries read back
-    /// as stored until their expiry passes, and not after; nothing is left
-    /// once every expiry passed.
-    #[test]
-    fn row_arena_reads_rows_back_until_they_expire() {
-        let mut seed = 11u64;
-        let mut next = move |m: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % m
-        };
-        let mut arena = RowArena::default();
-        let mut held: Vec<(u64, Vec<u8>, EventTime)> = Vec::new();
-        for step in 0..50i64 {
-            for _ in 0..40 {
-                let row: Vec<u8> = (0..next(40)).map(|_| next(256) as u8).collect();
-                let expiry = step * 10 + next(50) as i64;
-                held.push((arena.push(&row, expiry), row, expiry));
-            }
-            let w = step * 10;
-            arena.reclaim(w);
-            held.retain(|(_, _, e)| *e > w);
-            for (id, row, _) in &held {
-                assert_eq!(arena.bytes(*id), row.as_slice());
-            }
-            assert_eq!(arena.len(), held.len());
-        }
-        arena.reclaim(EventTime::MAX);
-        assert_eq!(arena.len(), 0);
-        assert!(arena.segments.is_empty() && arena.open.is_empty());
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! merged per group in [`distinct`]; session windows are panes chained into
 //! sessions in [`session`].
 
+mod arena;
 mod distinct;
 mod ingest;
 mod join;
