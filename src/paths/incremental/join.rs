@@ -428,6 +428,7 @@ impl JoinView {
     /// Take in one trigger's on-time rows.
     fn ingest(&mut self, on_time: Vec<OnTime>, w_prev: Option<EventTime>) -> Result<()> {
         let mut rows = Vec::new();
+        let mut sides: [Vec<(RecordBatch, Int64Array)>; 2] = [Vec::new(), Vec::new()];
         for o in &on_time {
             // every on-time row makes its open windows exist (looked up once per
             // run of rows in the same windows: rows come mostly in time order)
@@ -446,9 +447,26 @@ impl JoinView {
             }
             let feeds = self.feeds.get(o.source).cloned().unwrap_or_default();
             for s in feeds {
-                let (side_rows, times) = self.side_rows(&self.plan.sides[s], &o.batch, &o.times)?;
-                self.join_rows(s, &side_rows, &times, w_prev, &mut rows)?;
+                sides[s].push(self.side_rows(&self.plan.sides[s], &o.batch, &o.times)?);
             }
+        }
+        // each side's rows of the trigger as one batch: stored in as few
+        // chunks as they have expiries, however many batches they came in
+        for (s, mut parts) in sides.into_iter().enumerate() {
+            let (side_rows, times) = match parts.len() {
+                0 => continue,
+                1 => parts.swap_remove(0),
+                _ => {
+                    let batches: Vec<&RecordBatch> = parts.iter().map(|p| &p.0).collect();
+                    let schema = batches[0].schema();
+                    let times: Vec<&dyn Array> = parts.iter().map(|p| &p.1 as &dyn Array).collect();
+                    (
+                        arrow::compute::concat_batches(&schema, batches)?,
+                        arrow::compute::concat(&times)?.as_primitive().clone(),
+                    )
+                }
+            };
+            self.join_rows(s, &side_rows, &times, w_prev, &mut rows)?;
         }
         self.join
             .insert(rows)
