@@ -59,6 +59,11 @@ fn canon(batches: &[arrow::array::RecordBatch]) -> Vec<String> {
     out
 }
 
+const USAGE: &str = "usage: nexmark [--query q5[,q7…]] [--path incremental|recompute|both]
+    [--workers 1[,2]] [--events N] [--rows-per-trigger N] [--check-events N]
+    [--output update|append]
+queries: see benches/nexmark/*.sql";
+
 struct Args {
     queries: Vec<String>,
     paths: Vec<ExecMode>,
@@ -85,6 +90,10 @@ fn args() -> Args {
         let count = |v: String| -> usize { v.parse().unwrap_or_else(|e| panic!("{v}: {e}")) };
         match flag.as_str() {
             "--bench" => {}
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
             "--query" => a.queries = value().split(',').map(str::to_string).collect(),
             "--path" => {
                 a.paths = match value().as_str() {
@@ -105,7 +114,10 @@ fn args() -> Args {
                     other => panic!("--output {other}: append or update"),
                 }
             }
-            other => panic!("unknown flag {other}"),
+            other => {
+                eprintln!("unknown flag {other}\n{USAGE}");
+                std::process::exit(2);
+            }
         }
     }
     a
