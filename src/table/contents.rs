@@ -19,6 +19,7 @@
 //! open windows always are.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
@@ -44,23 +45,67 @@ const ALL_TIME: WindowKey = (EventTime::MAX, EventTime::MIN);
 type Map<K, V> =
     imbl::GenericHashMap<K, V, rustc_hash::FxBuildHasher, imbl::shared_ptr::DefaultSharedPtr>;
 
+/// One window's rows as the view emitted them, batch by batch in the view's
+/// layout. Without a key every row stands; with one, each key's last row
+/// does (a window's final rows having replaced all before them), and the
+/// log is cut down to those rows once it holds more than twice as many.
+/// Appending is a pointer copy: no row is encoded until someone looks one
+/// up by key (encoding each row into a persistent map, copying the nodes a
+/// snapshot shared, was about half of a trigger of a grouped Update view).
+#[derive(Clone, Default)]
+struct Log {
+    batches: imbl::Vector<RecordBatch>,
+    /// Rows in `batches`.
+    logged: usize,
+    /// Rows standing when `batches` were last known to hold no key twice.
+    standing: usize,
+    /// Whether they still do (always, without a key).
+    clean: bool,
+}
+
+/// A log of a keyed view is cut down when it holds more than twice its
+/// standing rows and this many more (so small windows are not cut down at
+/// every trigger), or this many batches.
+const SLACK: usize = 64;
+const MAX_BATCHES: usize = 32;
+
+impl Log {
+    /// The rows standing, in order of their last emission.
+    fn standing(&self, layout: &Layout) -> Result<Vec<RecordBatch>> {
+        match self.clean {
+            true => Ok(self.batches.iter().cloned().collect()),
+            false => Ok(vec![layout.last_per_key(self.batches.iter())?]),
+        }
+    }
+
+    /// The number of rows standing.
+    fn count(&self, layout: &Layout) -> Result<usize> {
+        match self.clean {
+            true => Ok(self.logged),
+            false => Ok(layout.last_per_key(self.batches.iter())?.num_rows()),
+        }
+    }
+}
+
 /// The persistent part: cheap to clone, what a snapshot holds.
 #[derive(Clone, Default)]
 pub(crate) struct Rows {
-    /// Each window's rows by key (views with a key).
+    /// Each window's rows as emitted (every view, until a keyed one is first
+    /// looked up by key).
+    logs: imbl::OrdMap<WindowKey, Log>,
+    /// Whether a keyed view's rows are held by key (`windows`, `by_key`)
+    /// instead: from the trigger after its first lookup on, so a view that
+    /// is looked up is served from an index and one that is not pays none.
+    indexed: bool,
+    /// Each window's rows by key (indexed views).
     windows: imbl::OrdMap<WindowKey, Map<Bytes, Bytes>>,
-    /// Each window's rows as emitted, batch by batch in the view's layout
-    /// (views without a key): nothing looks a row up, so no row is encoded
-    /// (encoding them one by one, and freeing them, was most of a closing
-    /// trigger's table upkeep for the top-rows views).
-    emitted: imbl::OrdMap<WindowKey, imbl::Vector<RecordBatch>>,
-    /// Each key's windows in order (views with a key): a key is in few
-    /// windows at once, so a small slice replaced whole on change, not a
-    /// persistent set (whose first node, allocated per key, made up most of
-    /// a trigger's table upkeep).
+    /// Each key's windows in order (indexed views): a key is in few windows
+    /// at once, so a small slice replaced whole on change, not a persistent
+    /// set (whose first node, allocated per key, made up most of a trigger's
+    /// table upkeep).
     by_key: Map<Bytes, Arc<[WindowKey]>>,
-    /// Rows held.
-    len: usize,
+    /// Rows held in `windows`.
+    indexed_len: usize,
 }
 
 impl Rows {
@@ -85,39 +130,71 @@ impl Rows {
             .insert(key, row)
             .is_none()
         {
-            self.len += 1;
+            self.indexed_len += 1;
         }
     }
 
-    /// Rows of window `w` of a view without a key.
-    fn append(&mut self, w: WindowKey, rows: RecordBatch) {
-        if rows.num_rows() == 0 {
-            return;
+    /// Log rows of window `w`; `distinct`: they hold no key twice and the
+    /// window had no rows before them (a window's final rows, or Complete's).
+    fn log(
+        &mut self,
+        w: WindowKey,
+        rows: RecordBatch,
+        distinct: bool,
+        layout: &Layout,
+    ) -> Result<()> {
+        let n = rows.num_rows();
+        if n == 0 {
+            return Ok(());
         }
-        self.len += rows.num_rows();
-        self.emitted.entry(w).or_default().push_back(rows);
+        let log = self.logs.entry(w).or_default();
+        let keyed = layout.key.is_some();
+        log.clean = !keyed || (distinct && (log.logged == 0 || log.clean));
+        log.logged += n;
+        log.batches.push_back(rows);
+        if log.clean {
+            log.standing = log.logged;
+        }
+        if keyed
+            && !log.clean
+            && (log.logged > 2 * log.standing + SLACK || log.batches.len() > MAX_BATCHES)
+        {
+            let cut = layout.last_per_key(log.batches.iter())?;
+            log.logged = cut.num_rows();
+            log.standing = cut.num_rows();
+            log.clean = true;
+            log.batches = imbl::Vector::unit(cut);
+        }
+        Ok(())
     }
 
-    /// Every row held, windows in order of their end.
-    fn iter(&self) -> impl Iterator<Item = (&WindowKey, &Bytes)> {
-        self.windows
-            .iter()
-            .flat_map(|(w, rows)| rows.values().map(move |r| (w, r)))
+    /// Hold a keyed view's logged rows by key from now on.
+    fn index(&mut self, layout: &Layout) -> Result<()> {
+        let logs = std::mem::take(&mut self.logs);
+        self.indexed = true;
+        for (w, log) in logs.iter() {
+            for b in log.standing(layout)? {
+                let rows = layout.rows.convert_columns(b.columns())?;
+                let keys = layout.keys_of(&b)?;
+                for i in 0..b.num_rows() {
+                    self.insert(*w, key_at(&keys, i), rows.row(i).as_ref().into());
+                }
+            }
+        }
+        Ok(())
     }
 
-    /// `key`'s row in window `w`.
+    /// `key`'s row in window `w` (indexed views).
     fn get(&self, w: &WindowKey, key: &Bytes) -> Option<&Bytes> {
         self.windows.get(w).and_then(|rows| rows.get(key))
     }
 
     fn remove_window(&mut self, w: WindowKey) {
-        if let Some(batches) = self.emitted.remove(&w) {
-            self.len -= batches.iter().map(|b| b.num_rows()).sum::<usize>();
-        }
+        self.logs.remove(&w);
         let Some(rows) = self.windows.remove(&w) else {
             return;
         };
-        self.len -= rows.len();
+        self.indexed_len -= rows.len();
         for k in rows.keys() {
             let Some(ws) = self.by_key.get(k) else {
                 continue;
@@ -133,30 +210,32 @@ impl Rows {
         }
     }
 
+    /// The rows standing, window by window in order of their end.
+    fn parts(&self, layout: &Layout) -> Result<Vec<(WindowKey, Vec<RecordBatch>)>> {
+        let mut out = Vec::with_capacity(self.logs.len() + self.windows.len());
+        for (w, log) in self.logs.iter() {
+            out.push((*w, log.standing(layout)?));
+        }
+        for (w, rows) in self.windows.iter() {
+            out.push((*w, vec![layout.decode(rows.values())?]));
+        }
+        out.sort_by_key(|(w, _)| *w);
+        Ok(out)
+    }
+
     /// The windows held, in order of their end.
     fn window_keys(&self) -> Vec<WindowKey> {
         let mut ws: Vec<WindowKey> = self
             .windows
             .keys()
-            .chain(self.emitted.keys())
+            .chain(self.logs.keys())
             .copied()
             .collect();
         ws.sort_unstable();
         ws.dedup();
         ws
     }
-
-    /// Number of rows held.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Number of windows held.
-    pub fn windows(&self) -> usize {
-        self.windows.len() + self.emitted.len()
-    }
 }
-
 /// How rows are encoded and what identifies them: fixed when the view is
 /// created, shared by the live contents and every snapshot of them.
 pub(crate) struct Layout {
@@ -171,6 +250,9 @@ pub(crate) struct Layout {
     key: Option<(Vec<usize>, RowConverter, SchemaRef)>,
     /// The same key columns in the view's layout.
     key_shown: Vec<usize>,
+    /// Whether the view's rows have been looked up by key: from then on the
+    /// live contents hold them by key ([`Rows::index`]).
+    looked_up: AtomicBool,
 }
 
 impl Layout {
@@ -214,7 +296,56 @@ impl Layout {
             rows,
             key,
             key_shown,
+            looked_up: AtomicBool::new(false),
         })
+    }
+
+    /// The key of each row of `b` (in the view's layout; a view with a key).
+    fn keys_of(&self, b: &RecordBatch) -> Result<arrow::row::Rows> {
+        let Some((_, conv, _)) = &self.key else {
+            return Err(Error::Lookup {
+                view: self.view.clone(),
+                message: "its rows have no key".into(),
+            });
+        };
+        let cols: Vec<ArrayRef> = self
+            .key_shown
+            .iter()
+            .map(|&i| b.column(i).clone())
+            .collect();
+        Ok(conv.convert_columns(&cols)?)
+    }
+
+    /// The rows of `batches` (in the view's layout, in emission order) that
+    /// stand: each key's last, in order; all of them without a key.
+    fn last_per_key<'a>(
+        &self,
+        batches: impl IntoIterator<Item = &'a RecordBatch>,
+    ) -> Result<RecordBatch> {
+        let all = arrow::compute::concat_batches(&self.schema, batches)?;
+        let n = all.num_rows();
+        if self.key.is_none() || n <= 1 {
+            return Ok(all);
+        }
+        if self.key_shown.is_empty() {
+            // the empty key (a global aggregate): one row per window
+            return compact(&all.slice(n - 1, 1));
+        }
+        let keys = self.keys_of(&all)?;
+        let mut seen: rustc_hash::FxHashSet<&[u8]> =
+            rustc_hash::FxHashSet::with_capacity_and_hasher(n, Default::default());
+        let mut keep: Vec<u32> = Vec::with_capacity(n);
+        for i in (0..n).rev() {
+            if seen.insert(keys.row(i).data()) {
+                keep.push(i as u32);
+            }
+        }
+        if keep.len() == n {
+            return Ok(all);
+        }
+        keep.reverse();
+        let keep = arrow::array::UInt32Array::from(keep);
+        Ok(arrow::compute::take_record_batch(&all, &keep)?)
     }
 
     /// The key's columns (names and types), if the view's rows have one.
@@ -381,6 +512,10 @@ impl Contents {
         if mode == OutputMode::Complete {
             self.rows = Rows::default();
         }
+        let layout = self.layout.clone();
+        if layout.key.is_some() && !self.rows.indexed && layout.looked_up.load(Ordering::Relaxed) {
+            self.rows.index(&layout)?;
+        }
         // windows whose final rows this trigger brings: cleared once, first
         let mut finals: BTreeSet<WindowKey> = BTreeSet::new();
         for (rb, sb) in runtime.iter().zip(shown) {
@@ -411,8 +546,8 @@ impl Contents {
                 Some(f) => f.value(i),
                 None => mode == OutputMode::Append,
             };
-            let Some((cols, conv, _)) = &self.layout.key else {
-                let sb = self.layout.laid_out(sb)?;
+            let (Some((cols, conv, _)), true) = (&layout.key, self.rows.indexed) else {
+                let sb = layout.laid_out(sb)?;
                 let runs = runs(n, |i| (wk(i), is_final(i)));
                 let whole = runs.len() == 1;
                 for (at, len, (wk, f)) in runs {
@@ -423,13 +558,14 @@ impl Contents {
                         true => sb.clone(),
                         false => compact(&sb.slice(at, len))?,
                     };
-                    self.rows.append(wk, part);
+                    let distinct = f || mode == OutputMode::Complete;
+                    self.rows.log(wk, part, distinct, &layout)?;
                 }
                 continue;
             };
             let arrays: Vec<ArrayRef> = cols.iter().map(|&c| rb.column(c).clone()).collect();
             let keys = conv.convert_columns(&arrays)?;
-            let rows = self.layout.rows.convert_columns(sb.columns())?;
+            let rows = layout.rows.convert_columns(sb.columns())?;
             for i in 0..n {
                 let wk = wk(i);
                 if is_final(i) && finals.insert(wk) {
@@ -447,25 +583,19 @@ impl Contents {
     /// view's columns after `_thund_window_start` and `_thund_window_end`
     /// (Int64 ms), written whole each epoch and never carried to the next.
     pub fn export(&self) -> Result<Option<StateFile>> {
-        if !self.enabled || self.rows.len() == 0 {
+        if !self.enabled {
             return Ok(None);
         }
         let (mut starts, mut ends, mut parts) = (Vec::new(), Vec::new(), Vec::new());
-        if !self.rows.windows.is_empty() {
-            let mut rows = Vec::new();
-            for (w, r) in self.rows.iter() {
-                starts.push(w.1);
-                ends.push(w.0);
-                rows.push(r);
-            }
-            parts.push(self.layout.decode(rows)?);
-        }
-        for (w, batches) in self.rows.emitted.iter() {
-            for b in batches.iter() {
+        for (w, batches) in self.rows.parts(&self.layout)? {
+            for b in batches {
                 starts.extend(std::iter::repeat_n(w.1, b.num_rows()));
                 ends.extend(std::iter::repeat_n(w.0, b.num_rows()));
-                parts.push(b.clone());
+                parts.push(b);
             }
+        }
+        if starts.is_empty() {
+            return Ok(None);
         }
         let b = arrow::compute::concat_batches(&self.layout.schema, &parts)?;
         let mut fields = vec![
@@ -511,28 +641,16 @@ impl Contents {
             let ends = to_millis(b.column(1).as_ref())?;
             let wk = |i: usize| (ends.value(i), starts.value(i));
             let cols = b.columns()[2..].to_vec();
-            let Some((_, conv, _)) = &self.layout.key else {
-                let options =
-                    arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows()));
-                let rows =
-                    RecordBatch::try_new_with_options(self.layout.schema.clone(), cols, &options)
-                        .map_err(|e| bad(&e.to_string()))?;
-                for (at, len, wk) in runs(b.num_rows(), wk) {
-                    self.rows.append(wk, compact(&rows.slice(at, len))?);
-                }
-                continue;
-            };
-            let rows = self.layout.rows.convert_columns(&cols)?;
-            let k: Vec<ArrayRef> = self
-                .layout
-                .key_shown
-                .iter()
-                .map(|&i| cols[i].clone())
-                .collect();
-            let keys = conv.convert_columns(&k)?;
-            for i in 0..b.num_rows() {
-                self.rows
-                    .insert(wk(i), key_at(&keys, i), rows.row(i).as_ref().into());
+            let options =
+                arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows()));
+            let rows =
+                RecordBatch::try_new_with_options(self.layout.schema.clone(), cols, &options)
+                    .map_err(|e| bad(&e.to_string()))?;
+            // a file's rows are not trusted to hold a key once per window:
+            // logged as not distinct, they are cut down to each key's last
+            for (at, len, wk) in runs(b.num_rows(), wk) {
+                let part = compact(&rows.slice(at, len))?;
+                self.rows.log(wk, part, false, &self.layout)?;
             }
         }
         Ok(())
@@ -591,20 +709,162 @@ pub(crate) struct Published {
 impl Published {
     /// Every row held, windows in order of their end.
     pub fn batch(&self) -> Result<RecordBatch> {
-        if self.rows.windows.is_empty() {
-            let parts: Vec<&RecordBatch> =
-                self.rows.emitted.values().flat_map(|b| b.iter()).collect();
-            return Ok(arrow::compute::concat_batches(&self.layout.schema, parts)?);
-        }
-        self.layout.decode(self.rows.iter().map(|(_, r)| r))
+        let parts = self.rows.parts(&self.layout)?;
+        let all = parts.iter().flat_map(|(_, b)| b.iter());
+        Ok(arrow::compute::concat_batches(&self.layout.schema, all)?)
     }
 
-    /// The rows of `key` across the windows held, in order of their end.
+    /// How much is held: rows and windows.
+    pub fn held(&self) -> Result<(usize, usize)> {
+        let mut rows = self.rows.indexed_len;
+        for log in self.rows.logs.values() {
+            rows += log.count(&self.layout)?;
+        }
+        Ok((rows, self.rows.logs.len() + self.rows.windows.len()))
+    }
+
+    /// The rows of `key` across the windows held, in order of their end:
+    /// from the index, or, before the view was first looked up, from each
+    /// window's rows (and the live contents are indexed from the next
+    /// trigger on).
     pub fn lookup(&self, key: &Bytes) -> Result<RecordBatch> {
+        if !self.rows.indexed {
+            self.layout.looked_up.store(true, Ordering::Relaxed);
+            let mut parts = Vec::new();
+            for (_, log) in self.rows.logs.iter() {
+                for b in log.standing(&self.layout)? {
+                    let keys = self.layout.keys_of(&b)?;
+                    let hit: Vec<u32> = (0..b.num_rows() as u32)
+                        .filter(|&i| key_at(&keys, i as usize).as_ref() == key.as_ref())
+                        .collect();
+                    if !hit.is_empty() {
+                        let hit = arrow::array::UInt32Array::from(hit);
+                        parts.push(arrow::compute::take_record_batch(&b, &hit)?);
+                    }
+                }
+            }
+            return Ok(arrow::compute::concat_batches(&self.layout.schema, &parts)?);
+        }
         let Some(ws) = self.rows.by_key.get(key) else {
             return Ok(RecordBatch::new_empty(self.layout.schema.clone()));
         };
         let rows = ws.iter().filter_map(|w| self.rows.get(w, key));
         self.layout.decode(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, TimestampMillisecondArray};
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use std::collections::BTreeMap;
+
+    /// A keyed Update view's contents after many provisional emissions that
+    /// repeat keys: the logs are cut down (bounded) and still hold each
+    /// key's last row, by contents, by count and by lookup, before and after
+    /// the view is indexed.
+    #[test]
+    fn logs_are_cut_down_to_each_keys_last_row() {
+        let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+        let runtime = Arc::new(Schema::new(vec![
+            Field::new("window_start", ts.clone(), false),
+            Field::new("window_end", ts.clone(), false),
+            Field::new("k", DataType::Int64, true),
+            Field::new("c", DataType::Int64, false),
+            Field::new("final", DataType::Boolean, false),
+        ]));
+        let shown_schema = Arc::new(Schema::new(runtime.fields()[..4].to_vec()));
+        let layout = Layout::new(
+            "v",
+            shown_schema.clone(),
+            &runtime,
+            Some(vec![2]),
+            &[0, 1, 2, 3],
+        )
+        .expect("layout");
+        let mut c = Contents::new(
+            Arc::new(layout),
+            OutputMode::Update,
+            Retention::Windows(8),
+            true,
+            &runtime,
+        );
+        // (end, start) → key → last value
+        let mut model: BTreeMap<(i64, i64), BTreeMap<Option<i64>, i64>> = BTreeMap::new();
+        let mut seed = 7u64;
+        let mut next = move |m: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % m
+        };
+        for t in 0..400i64 {
+            let n = 1 + next(40) as usize;
+            let (mut s, mut e, mut k, mut v) = (vec![], vec![], vec![], vec![]);
+            for _ in 0..n {
+                let w = next(2) as i64;
+                let key = match next(30) {
+                    0 => None,
+                    x => Some(x as i64),
+                };
+                s.push(w * 10);
+                e.push(w * 10 + 10);
+                k.push(key);
+                v.push(t);
+                model
+                    .entry((w * 10 + 10, w * 10))
+                    .or_default()
+                    .insert(key, t);
+            }
+            let cols: Vec<ArrayRef> = vec![
+                Arc::new(TimestampMillisecondArray::from(s)),
+                Arc::new(TimestampMillisecondArray::from(e)),
+                Arc::new(Int64Array::from(k)),
+                Arc::new(Int64Array::from(v)),
+                Arc::new(BooleanArray::from(vec![false; n])),
+            ];
+            let rb = RecordBatch::try_new(runtime.clone(), cols.clone()).expect("rb");
+            let sb = RecordBatch::try_new(shown_schema.clone(), cols[..4].to_vec()).expect("sb");
+            c.apply(&[rb], &[sb], None).expect("apply");
+            for log in c.rows.logs.values() {
+                assert!(log.batches.len() <= MAX_BATCHES);
+                assert!(log.logged <= 2 * log.standing + SLACK + 40);
+            }
+            let p = c.published();
+            let want: usize = model.values().map(BTreeMap::len).sum();
+            assert_eq!(p.held().expect("held"), (want, model.len()), "trigger {t}");
+            let b = p.batch().expect("batch");
+            let mut got: Vec<(i64, Option<i64>, i64)> = Vec::new();
+            let ends = to_millis(b.column(1).as_ref()).expect("ms");
+            let (k, v) = (b.column(2).as_any(), b.column(3).as_any());
+            let k = k.downcast_ref::<Int64Array>().expect("k");
+            let v = v.downcast_ref::<Int64Array>().expect("v");
+            for i in 0..b.num_rows() {
+                got.push((ends.value(i), k.is_valid(i).then(|| k.value(i)), v.value(i)));
+            }
+            got.sort();
+            let mut want: Vec<(i64, Option<i64>, i64)> = model
+                .iter()
+                .flat_map(|(w, ks)| ks.iter().map(move |(k, v)| (w.0, *k, *v)))
+                .collect();
+            want.sort();
+            assert_eq!(got, want, "trigger {t}");
+            if t == 200 {
+                // the first lookup: served from the logs, indexed after
+                let key = p
+                    .layout
+                    .encode_key(&[Arc::new(Int64Array::from(vec![3]))])
+                    .expect("key");
+                let rows = p.lookup(&key).expect("lookup");
+                let n = model
+                    .values()
+                    .filter(|ks| ks.contains_key(&Some(3)))
+                    .count();
+                assert_eq!(rows.num_rows(), n);
+                assert!(!c.rows.indexed);
+            }
+            assert_eq!(c.rows.indexed, t > 200, "trigger {t}");
+        }
     }
 }

@@ -239,7 +239,7 @@ impl Tables {
     /// How much of `view` the table holds: rows and windows.
     pub fn held(&self, view: &str) -> Result<(usize, usize)> {
         let (_, t) = self.table(view)?;
-        Ok((t.contents.rows.len(), t.contents.rows.windows()))
+        t.contents.held()
     }
 
     /// How many triggers' changes are held for `view`'s subscribers (at most

@@ -174,6 +174,9 @@ struct Case {
     query: usize,
     mode: OutputMode,
     retention: Option<Retention>,
+    /// The first trigger after which the test looks rows up by key (the
+    /// table is indexed from the trigger after the first lookup on).
+    lookups_from: usize,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -190,15 +193,19 @@ fn case() -> impl Strategy<Value = Case> {
             (0u64..8).prop_map(|n| Some(Retention::EventTime(Duration::from_millis(n * 500)))),
             (0usize..4).prop_map(|n| Some(Retention::Windows(n))),
         ],
+        0usize..8,
     )
-        .prop_map(|((triggers, lateness, win), query, mode, retention)| Case {
-            triggers,
-            lateness,
-            win,
-            query,
-            mode,
-            retention,
-        })
+        .prop_map(
+            |((triggers, lateness, win), query, mode, retention, lookups_from)| Case {
+                triggers,
+                lateness,
+                win,
+                query,
+                mode,
+                retention,
+                lookups_from,
+            },
+        )
 }
 
 fn spec(c: &Case, exec: ExecMode) -> ViewSpec {
@@ -240,7 +247,13 @@ fn check(c: &Case, exec: ExecMode) -> Result<(), TestCaseError> {
         let (epoch, rows) = tables.contents("v").expect("contents");
         prop_assert_eq!(epoch, r.epoch, "{}", at);
         prop_assert_eq!(canon(&[rows]), model.rows(), "contents at {}", at);
+        let held = (
+            model.windows.values().map(Vec::len).sum::<usize>(),
+            model.windows.values().filter(|r| !r.is_empty()).count(),
+        );
+        prop_assert_eq!(tables.held("v").expect("held"), held, "held at {}", at);
         match &key {
+            _ if i < c.lookups_from => {}
             Some(_) => {
                 for (cells, (values, rows)) in model.by_key() {
                     let got = tables.lookup("v", &values).expect("lookup");
