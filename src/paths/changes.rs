@@ -79,9 +79,21 @@ type OldAndNew<'a> = (Vec<&'a [u8]>, Vec<(usize, &'a [u8])>);
 pub(crate) struct Shown {
     rows: HashMap<Window, FxHashMap<u64, Box<[u8]>>>,
     conv: Option<RowConverter>,
+    /// A changed group's row always differs from every row its window
+    /// showed ([`crate::plan::CompiledAggregate::rows_always_change`]):
+    /// nothing is remembered and every changed row is shown.
+    always_changes: bool,
 }
 
 impl Shown {
+    /// What rows whose groups' rows always change need: no memory.
+    pub(crate) fn always_changing() -> Self {
+        Shown {
+            always_changes: true,
+            ..Shown::default()
+        }
+    }
+
     /// `batch` holds the rows of the groups whose state changed (row `i`
     /// from group `from[i]` of `groups`; a group HAVING dropped has no row),
     /// the last column being Update mode's `final` flag. Returns the rows
@@ -92,7 +104,7 @@ impl Shown {
         batch: &RecordBatch,
         from: &[usize],
     ) -> Result<RecordBatch> {
-        if batch.num_rows() == 0 && groups.is_empty() {
+        if self.always_changes || (batch.num_rows() == 0 && groups.is_empty()) {
             return Ok(batch.clone());
         }
         // rows that cannot be compared: every changed row is shown
@@ -202,6 +214,12 @@ impl Shown {
             Some(conv) => Ok(Some(conv.convert_columns(shown.columns())?)),
             None => Ok(None),
         }
+    }
+
+    /// Forget every row shown (a restore shows them anew).
+    pub(crate) fn reset(&mut self) {
+        self.rows.clear();
+        self.conv = None;
     }
 
     /// A window closed: its groups show nothing any more.

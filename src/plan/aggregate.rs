@@ -331,6 +331,45 @@ impl CompiledAggregate {
     pub fn keeps_refused_rows(&self) -> bool {
         self.session.is_some() || self.post.is_some()
     }
+
+    /// Whether a group's row changes whenever its state does, so that
+    /// Update mode need not remember what each group last showed: the select
+    /// list shows every group key and a `COUNT(*)` as plain columns, which
+    /// tell groups apart and grow with every row a group takes (one row per
+    /// group and window, only the rows WHERE lets through fed, no later
+    /// stage).
+    pub fn rows_always_change(&self) -> bool {
+        use datafusion::physical_expr::expressions::{Column as Col, Literal};
+        if self.post.is_some()
+            || self.order.is_some()
+            || self.prune.is_some()
+            || self.keeps_per_value()
+            || self.keeps_refused_rows()
+        {
+            return false;
+        }
+        let shown: Vec<usize> = match &self.projection {
+            None => (0..self.agg_schema.fields().len()).collect(),
+            Some(exprs) => exprs
+                .iter()
+                .filter_map(|e| e.downcast_ref::<Col>().map(|c| c.index()))
+                .collect(),
+        };
+        let count_star = |a: &CompiledAgg| {
+            a.func == AggFunc::Count
+                && a.filter.is_none()
+                && a.per_value.is_none()
+                && a.arg
+                    .downcast_ref::<Literal>()
+                    .is_some_and(|l| !l.value().is_null())
+        };
+        (0..self.group_keys).all(|k| shown.contains(&k))
+            && self
+                .aggs
+                .iter()
+                .enumerate()
+                .any(|(j, a)| count_star(a) && shown.contains(&(self.group_keys + j)))
+    }
 }
 
 /// The rest of a query that reads its source only through one aggregate

@@ -226,6 +226,7 @@ impl IncrementalView {
         dataflow.report_changes(mode != OutputMode::Append || sessions.is_some());
         let out = output_schema(&plan.query_schema, Some(&plan.bound), mode);
         let folds = Folds::of(&plan);
+        let always_changes = plan.rows_always_change();
         Ok(IncrementalView {
             view: view.to_string(),
             plan,
@@ -239,7 +240,10 @@ impl IncrementalView {
             closed_results: ClosedResults::default(),
             unsaved: BTreeMap::new(),
             checkpointing: false,
-            shown: Shown::default(),
+            shown: match always_changes {
+                true => Shown::always_changing(),
+                false => Shown::default(),
+            },
             keys: Keys::new(workers),
             folds,
             scratch: Vec::new(),

@@ -15,7 +15,6 @@ use thund_dataflows::{AggState, Panes, Update, Value, WindowedAggregate};
 use super::keys::{KeyBytes, Keys, GLOBAL};
 use super::{updates_of, IncrementalView};
 use crate::error::{Error, Result};
-use crate::paths::changes::Shown;
 use crate::paths::closed::ClosedResults;
 use crate::spec::OutputMode;
 use crate::state::{operator, Deferred, Export, StateFile};
@@ -273,7 +272,7 @@ impl IncrementalView {
         let distinct = self.plan.keeps_per_value();
         self.distinct = None;
         let ranked = self.plan.order.is_some() || self.plan.post.is_some();
-        self.shown = Shown::default();
+        self.shown.reset();
         if self.plan.session.is_none() && self.mode != OutputMode::Append {
             let open = match self.config.panes {
                 None => updates
