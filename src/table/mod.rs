@@ -7,7 +7,9 @@
 //!   [`TableProvider`](datafusion::catalog::TableProvider) of the snapshot taken when the query starts (views
 //!   join views; an equality on a view's whole key is served by its index);
 //! * [`Tables::lookup`]: one key's rows across the windows held, from the
-//!   index, without SQL planning;
+//!   index, without SQL planning (a view is indexed by key from the trigger
+//!   after its first lookup; until then its windows hold the batches they
+//!   emitted, which the first lookup reads);
 //! * [`Tables::subscribe`]: each trigger's emitted rows as a stream, with a
 //!   bounded buffer (see [`Change`]).
 //!
