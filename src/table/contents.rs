@@ -236,6 +236,7 @@ impl Rows {
         ws
     }
 }
+
 /// How rows are encoded and what identifies them: fixed when the view is
 /// created, shared by the live contents and every snapshot of them.
 pub(crate) struct Layout {
@@ -734,8 +735,12 @@ impl Published {
             for (_, log) in self.rows.logs.iter() {
                 for b in log.standing(&self.layout)? {
                     let keys = self.layout.keys_of(&b)?;
+                    // no key columns: every row has the empty key
                     let hit: Vec<u32> = (0..b.num_rows() as u32)
-                        .filter(|&i| key_at(&keys, i as usize).as_ref() == key.as_ref())
+                        .filter(|&i| match keys.num_rows() {
+                            0 => key.is_empty(),
+                            _ => keys.row(i as usize).data() == key.as_ref(),
+                        })
                         .collect();
                     if !hit.is_empty() {
                         let hit = arrow::array::UInt32Array::from(hit);
