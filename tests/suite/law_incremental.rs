@@ -75,6 +75,10 @@ const QUERIES: &[&str] = &[
      WHERE g <> 'b' AND s <= (SELECT MIN(s) FROM (SELECT g, SUM(v) AS s FROM t GROUP BY g) AS y)",
     "SELECT k, last FROM (SELECT k, MAX(ts) AS last FROM t GROUP BY k) AS a \
      WHERE last = (SELECT MAX(last) FROM (SELECT k, MAX(ts) AS last FROM t GROUP BY k) AS b)",
+    // … the groups holding the greatest COUNT of a column (NULLs count
+    // nothing: many groups tie at 0), under a WHERE that leaves groups unshown
+    "SELECT g, n FROM (SELECT g, COUNT(v) AS n FROM t WHERE f > 10 GROUP BY g) AS a \
+     WHERE n = (SELECT MAX(n) FROM (SELECT g, COUNT(v) AS n FROM t WHERE f > 10 GROUP BY g) AS b)",
     // … ORDER BY an aggregate not selected, a window function over the groups,
     "SELECT k FROM t GROUP BY k ORDER BY SUM(v) DESC NULLS LAST, k LIMIT 2",
     "SELECT k, c, RANK() OVER (ORDER BY c DESC) AS r FROM \

@@ -150,7 +150,9 @@ pub(crate) struct IncrementalView {
     /// The engine's worker threads, which the dataflow runs on.
     cluster: Cluster,
     config: Config,
-    /// Complete mode: current states of open (window, key)s, and closed results.
+    /// Complete mode, and a post stage in Update mode: current states of
+    /// open (window, key)s (over a counted extremum, only the groups holding
+    /// it: see `post::Holders`), and closed results.
     open: OpenStates,
     closed_results: ClosedResults,
     /// Open groups changed since the last checkpoint (what a delta epoch writes).

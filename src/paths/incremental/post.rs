@@ -32,7 +32,7 @@ use crate::paths::changes::{changed_rows, take_rows, unmatched};
 use crate::paths::sql::live::LiveTable;
 use crate::paths::sql::{checked, SqlEvaluator};
 use crate::paths::{with_bounds, StepOutput};
-use crate::plan::{Extremal, PostPlan};
+use crate::plan::{AggFunc, Extremal, PostPlan};
 use crate::spec::OutputMode;
 use crate::window::Window;
 
@@ -55,6 +55,33 @@ pub(super) struct PostRun {
     /// A rest that depends only on the groups holding the window's extremum
     /// of one column (see `plan::extremal`): only they are handed to it.
     extremal: Option<Extremal>,
+    /// Update mode, an extremum that is a `MAX` of a `COUNT`: each open
+    /// window's groups that hold it, kept as groups change (see
+    /// [`Holders`]); the view's open states are then those groups only.
+    holders: FxHashMap<Window, Holders>,
+}
+
+/// The groups of one open window that hold the greatest value of a `COUNT`
+/// among its shown groups. A window's counts only grow while it is open
+/// (rows only enter it), so a group that did not change cannot reach a new
+/// greatest value: a trigger updates the holders from its changed groups
+/// alone, instead of reading every group of the window.
+struct Holders {
+    best: i64,
+    keys: rustc_hash::FxHashSet<u64>,
+}
+
+impl Holders {
+    /// Group `key`, shown with `count`, changed (or was read first).
+    fn offer(&mut self, key: u64, count: i64) {
+        if count > self.best {
+            self.best = count;
+            self.keys.clear();
+        }
+        if count == self.best {
+            self.keys.insert(key);
+        }
+    }
 }
 
 /// The partitions of a top-rows query's open groups, per window: a window
@@ -180,6 +207,7 @@ impl PostRun {
             shown: BTreeMap::new(),
             parts,
             extremal: plan.extremal,
+            holders: FxHashMap::default(),
         })
     }
 }
@@ -256,6 +284,67 @@ fn open_groups(open: &super::OpenStates, w: Window) -> Vec<OpenGroup<'_>> {
 }
 
 impl IncrementalView {
+    /// Whether a group with these states shows (a group only rows WHERE
+    /// refused made exist does not, where there are group keys).
+    fn is_shown(&self, states: &[AggState]) -> bool {
+        self.plan.group_keys == 0 || states.last().is_some_and(|s| s.count > 0)
+    }
+
+    /// The aggregate whose greatest value the rest depends on, where that is
+    /// a `COUNT` (not per value) and the post stage keeps each window's
+    /// [`Holders`] of it.
+    fn counted_extremum(&self, post: &PostRun) -> Option<usize> {
+        let e = post.extremal.filter(|e| e.max && post.expand.is_none())?;
+        let j = e.column.checked_sub(self.plan.group_keys)?;
+        let a = self.plan.aggs.get(j)?;
+        let counted = a.func == AggFunc::Count && a.per_value.is_none();
+        (counted && !self.plan.keeps_per_value()).then_some(j)
+    }
+
+    /// Update mode with a counted extremum (aggregate `j`): the step's
+    /// changed groups offered to their windows' [`Holders`], and of each
+    /// window only the groups that hold its greatest count kept open (their
+    /// states moved in, not copied). A window without holders yet offers its
+    /// open groups first (those a restore put back).
+    fn keep_holders(&mut self, post: &mut PostRun, j: usize, changed: &mut [Update]) {
+        let mut at = 0;
+        while at < changed.len() {
+            let w = changed[at].window;
+            let end = at + changed[at..].iter().take_while(|u| u.window == w).count();
+            let h = post.holders.entry(w).or_insert_with(|| {
+                let mut h = Holders {
+                    best: i64::MIN,
+                    keys: Default::default(),
+                };
+                for ((_, key), states) in open_groups(&self.open, w) {
+                    if self.is_shown(states) {
+                        h.offer(*key, states[j].count);
+                    }
+                }
+                h
+            });
+            for u in &changed[at..end] {
+                if self.is_shown(&u.aggs) {
+                    h.offer(u.key, u.aggs[j].count);
+                }
+            }
+            let gone: Vec<u64> = open_groups(&self.open, w)
+                .into_iter()
+                .map(|((_, key), _)| *key)
+                .filter(|key| !h.keys.contains(key))
+                .collect();
+            for key in gone {
+                self.open.remove(&(w, key));
+            }
+            for u in &mut changed[at..end] {
+                if h.keys.contains(&u.key) {
+                    self.open.insert((w, u.key), std::mem::take(&mut u.aggs));
+                }
+            }
+            at = end;
+        }
+    }
+
     /// The rest of the query over window `win`'s groups `groups`.
     fn post_eval<G: GroupStates>(
         &self,
@@ -266,7 +355,7 @@ impl IncrementalView {
         let shown: Vec<G> = groups
             .iter()
             .copied()
-            .filter(|u| self.plan.group_keys == 0 || u.states().last().is_some_and(|s| s.count > 0))
+            .filter(|u| self.is_shown(u.states()))
             .collect();
         // only the groups holding the extremum, where the rest reads no others
         let keys = self.plan.group_keys;
@@ -370,6 +459,7 @@ impl IncrementalView {
             return Ok(());
         };
         post.shown.clear();
+        post.holders.clear();
         if let Some(parts) = post.parts.as_mut() {
             // rebuilt from the restored groups when a window next changes
             parts.windows.clear();
@@ -589,7 +679,13 @@ impl IncrementalView {
                 before.push((w, keys, res));
             }
         }
-        if self.mode != OutputMode::Append {
+        let counted = match (self.mode, parts.is_none()) {
+            (OutputMode::Update, true) => self.counted_extremum(post),
+            _ => None,
+        };
+        if let Some(j) = counted {
+            self.keep_holders(post, j, &mut step.changed);
+        } else if self.mode != OutputMode::Append {
             // the step's states moved in, not copied: only their windows are read after
             for u in step.changed.iter_mut() {
                 let aggs = std::mem::take(&mut u.aggs);
@@ -600,10 +696,10 @@ impl IncrementalView {
                     }
                 }
             }
-            if parts.is_none() {
-                for u in &step.closed {
-                    self.open.remove(&(u.window, u.key));
-                }
+        }
+        if self.mode != OutputMode::Append && parts.is_none() {
+            for u in &step.closed {
+                self.open.remove(&(u.window, u.key));
             }
         }
         match self.mode {
@@ -623,6 +719,7 @@ impl IncrementalView {
                         out.batches.push(self.post_rows(w, &emit, Some(false))?);
                     }
                 } else {
+                    // (with a counted extremum, a window's open groups are its holders)
                     let mut changed: Vec<Window> = step.changed.iter().map(|u| u.window).collect();
                     changed.dedup();
                     for w in changed {
@@ -645,6 +742,7 @@ impl IncrementalView {
                     };
                     out.batches.push(self.post_rows(*w, &res, Some(true))?);
                     post.shown.remove(w);
+                    post.holders.remove(w);
                 }
             }
             OutputMode::Complete => {
