@@ -152,6 +152,17 @@ impl WindowedJoin {
         rows: Vec<JoinRow>,
     ) -> Result<(Self, Vec<Pair>)> {
         let mut join = Self::spawn_on(cluster)?;
+        if at == EventTime::MAX {
+            // a join that had ended: every window closed, so no row is open
+            if let Some(r) = rows.first() {
+                return Err(Error::Late {
+                    window: r.window,
+                    frontier: at,
+                });
+            }
+            join.advance_to(at)?;
+            return Ok((join, Vec::new()));
+        }
         if at > EventTime::MIN {
             join.advance_to(at)?;
         }
@@ -503,6 +514,31 @@ mod tests {
             assert_eq!(got, expected, "{workers} workers");
             assert!(got.len() > 50, "{}", got.len());
         }
+    }
+
+    /// A join checkpointed after its end (the last checkpoint of a finished
+    /// run) restores as ended, and refuses rows of an open window.
+    #[test]
+    fn a_join_restored_after_its_end_is_ended() {
+        let cluster = Cluster::start(1).expect("cluster");
+        let (mut join, pairs) =
+            WindowedJoin::restore_on(&cluster, EventTime::MAX, Vec::new()).expect("restored");
+        assert!(pairs.is_empty());
+        assert_eq!(join.frontier(), EventTime::MAX);
+        assert!(join
+            .advance_to(EventTime::MAX)
+            .expect("ended")
+            .pairs
+            .is_empty());
+        let row = JoinRow {
+            side: Side::Left,
+            window: Window::new(0, 10),
+            key: 1,
+            row: 1,
+            count: 1,
+        };
+        let late = WindowedJoin::restore_on(&cluster, EventTime::MAX, vec![row]);
+        assert!(matches!(late, Err(Error::Late { .. })));
     }
 
     #[test]
