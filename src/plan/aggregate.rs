@@ -99,6 +99,10 @@ pub struct AggregatePlan {
     /// `explain` names it (only those groups are handed to the rest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_extremum: Option<String>,
+    /// When the rest is an aggregate over the groups with an exact inverse,
+    /// under projections and filters (see `plan::outer`): how it is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_outer: Option<String>,
     /// A top-rows query (the aggregate holds the rows the query reads, by
     /// value, with their multiplicity): the rule that rules rows out first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -193,6 +197,9 @@ impl std::fmt::Display for AggregatePlan {
             )?;
             for line in rest.lines() {
                 write!(f, "\n    {line}")?;
+            }
+            if let Some(o) = &self.post_outer {
+                write!(f, "\n  post: {o}")?;
             }
             return Ok(());
         }
@@ -387,6 +394,9 @@ pub(crate) struct PostPlan {
     /// The rest depends only on the groups holding each window's extremum
     /// of this column of `table` (see `plan::extremal`).
     pub extremal: Option<super::extremal::Extremal>,
+    /// The rest is an aggregate over the groups that Update mode keeps (see
+    /// `plan::outer`).
+    pub outer: Option<Box<super::outer::OuterPlan>>,
 }
 
 /// A top-rows query's rule (see `plan::rows`): a row with `n` rows strictly
@@ -772,6 +782,7 @@ pub(super) fn compile(
         session_gap: None,
         post: None,
         post_extremum: None,
+        post_outer: None,
         keep: None,
     };
     let order = s

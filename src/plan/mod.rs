@@ -11,6 +11,7 @@
 mod aggregate;
 mod extremal;
 mod join;
+mod outer;
 mod post;
 mod rows;
 mod shape;
@@ -27,6 +28,7 @@ pub use aggregate::{AggFunc, AggregatePlan, AggregateSpec, OrderSpec};
 pub(crate) use extremal::Extremal;
 pub use join::JoinPlan;
 pub(crate) use join::{CompiledJoin, CompiledSide, SideStep};
+pub(crate) use outer::OuterPlan;
 
 use crate::spec::{ExecMode, ViewSpec};
 use crate::window::TimeWindows;
@@ -427,12 +429,22 @@ fn over_one_input(
             let what = if e.max { "MAX" } else { "MIN" };
             format!("only the groups holding the window's {what}({name}) are handed to it")
         });
+        let outer = match extremal {
+            None => outer::outer(&split.rest, source, windows, bound, ctx).map(Box::new),
+            Some(_) => None,
+        };
+        plan.post_outer = outer.as_ref().map(|_| {
+            "in Update mode, each open window's outer groups are kept, and only those \
+             a trigger's changed groups touch are shown again"
+                .to_string()
+        });
         compiled.post = Some(PostPlan {
             rest: split.rest,
             table: split.table,
             expand: None,
             by_partition: None,
             extremal,
+            outer,
         });
         return Ok((plan, compiled));
     }
@@ -585,6 +597,7 @@ fn top_rows(
         expand: Some(top.columns),
         by_partition,
         extremal: None,
+        outer: None,
     });
     Ok((plan, compiled))
 }

@@ -341,6 +341,22 @@ fn killed_hot_items_runs_resume_exactly() {
     );
 }
 
+/// An aggregate over the groups (Nexmark q4's shape): in Update mode each
+/// open window's outer groups are kept, and built again from the groups a
+/// restart restores.
+#[test]
+fn killed_aggregate_over_groups_runs_resume_exactly() {
+    crash_until_done(
+        "SELECT a5, COUNT(*) AS auctions, SUM(bids) AS bids, AVG(top) AS avg_top FROM \
+         (SELECT auction, auction % 5 AS a5, COUNT(*) AS bids, MAX(price) AS top \
+          FROM bids GROUP BY auction) AS c GROUP BY a5",
+        "auto",
+        "update",
+        5,
+        HOP,
+    );
+}
+
 /// The bids holding each window's highest price (Nexmark q7's shape): only
 /// candidate rows reach the dataflow, the query runs per window over them;
 /// in Update mode, after a restart the host's pruning rule starts empty.

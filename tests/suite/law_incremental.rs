@@ -89,6 +89,17 @@ const QUERIES: &[&str] = &[
      JOIN (SELECT k, COUNT(*) AS c, SUM(f) AS sf FROM t GROUP BY k) AS b ON a.k = b.k + 1",
     "SELECT COUNT(*) AS groups, MAX(c) AS top, SUM(s) AS total FROM \
      (SELECT g, COUNT(*) AS c, SUM(v) AS s FROM t WHERE v > 10 GROUP BY g) AS x",
+    // … aggregated again by groups (Update mode keeps the outer groups): by a
+    // group key (Nexmark q4's shape); by a count, which moves a group from one
+    // outer group to the next, under a WHERE that sums rising and falling let
+    // in and out and a HAVING; by a maximum that may be NULL
+    "SELECT x.g, AVG(x.mx) AS a, COUNT(*) AS n, SUM(x.c) AS sc FROM \
+     (SELECT k, g, MAX(v) AS mx, COUNT(*) AS c FROM t GROUP BY k, g) AS x GROUP BY x.g",
+    "SELECT x.c % 3 AS b, COUNT(*) AS n, SUM(x.s) AS ss, COUNT(x.s) FILTER (WHERE x.s > 0) AS pos \
+     FROM (SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k) AS x WHERE x.s <> 0 \
+     GROUP BY x.c % 3 HAVING SUM(x.s) > -30",
+    "SELECT mx, COUNT(*) AS n, AVG(c) AS ac FROM \
+     (SELECT g, MAX(v) AS mx, COUNT(*) AS c FROM t GROUP BY g) AS x GROUP BY mx",
 ];
 
 const TOP_ROWS: &[&str] = &[

@@ -72,6 +72,15 @@ const SHAPES: &[(&str, &str, ExecMode)] = &[
         "hop",
         ExecMode::Auto,
     ),
+    // an aggregate over the groups (Nexmark q4's shape), which moves a group
+    // from one outer group to the next: Update mode's outer groups are built
+    // again from the restored groups
+    (
+        "SELECT x.c % 3 AS b, COUNT(*) AS n, SUM(x.s) AS ss FROM \
+         (SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k) AS x GROUP BY x.c % 3",
+        "hop",
+        ExecMode::Auto,
+    ),
     // each window's first rows per partition (Nexmark q19's shape): the
     // host's pruning rule starts empty after a restore
     (
@@ -284,6 +293,8 @@ const JOINS: &[&str] = &[
     "SELECT a.g, COUNT(*) AS n, SUM(b.v) AS s FROM a JOIN b ON a.k = b.k WHERE a.v >= b.v GROUP BY a.g",
     "SELECT q.g, MAX(q.n) AS top FROM \
      (SELECT a.k, b.g, COUNT(*) AS n FROM a JOIN b ON a.k = b.k GROUP BY a.k, b.g) AS q GROUP BY q.g",
+    "SELECT q.g, AVG(q.m) AS am, COUNT(*) AS keys FROM \
+     (SELECT a.k, b.g, MAX(b.v) AS m FROM a JOIN b ON a.k = b.k GROUP BY a.k, b.g) AS q GROUP BY q.g",
 ];
 
 /// The join view, with its window in the spec or (`in_sql`) in the SQL:

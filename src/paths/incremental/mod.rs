@@ -17,6 +17,7 @@ mod distinct;
 mod ingest;
 mod join;
 mod keys;
+mod outer;
 mod post;
 mod prune;
 mod render;

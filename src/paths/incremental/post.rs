@@ -25,6 +25,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use rustc_hash::FxHashMap;
 use thund_dataflows::{AggState, Step, Update};
 
+use super::outer::OuterRun;
 use super::render::GroupStates;
 use super::IncrementalView;
 use crate::error::{Error, Result};
@@ -38,11 +39,11 @@ use crate::window::Window;
 
 /// The rest of a query and what evaluates it.
 pub(super) struct PostRun {
-    eval: SqlEvaluator,
+    pub(super) eval: SqlEvaluator,
     /// The rest of the query over `table`, with Þund's arithmetic,
     /// optimized and physically planned once: each window only runs it.
     rest: Arc<dyn ExecutionPlan>,
-    table: Arc<LiveTable>,
+    pub(super) table: Arc<LiveTable>,
     /// A top-rows query: the table's columns from the candidates' keys.
     expand: Option<Vec<Option<usize>>>,
     /// Update mode: what each open window's result was at its last change
@@ -59,6 +60,9 @@ pub(super) struct PostRun {
     /// window's groups that hold it, kept as groups change (see
     /// [`Holders`]); the view's open states are then those groups only.
     holders: FxHashMap<Window, Holders>,
+    /// Update mode, a rest that is an outer aggregate with an exact inverse
+    /// (see [`OuterRun`]).
+    outer: Option<OuterRun>,
 }
 
 /// The groups of one open window that hold the greatest value of a `COUNT`
@@ -200,7 +204,6 @@ impl PostRun {
             None => None,
         };
         Ok(PostRun {
-            eval,
             rest,
             table: plan.table.clone(),
             expand: plan.expand.clone(),
@@ -208,6 +211,11 @@ impl PostRun {
             parts,
             extremal: plan.extremal,
             holders: FxHashMap::default(),
+            outer: match &plan.outer {
+                Some(o) => Some(OuterRun::new(view, o, &eval)?),
+                None => None,
+            },
+            eval,
         })
     }
 }
@@ -271,7 +279,11 @@ fn by_window<'a>(updates: impl Iterator<Item = &'a Update>) -> Vec<(Window, Vec<
 type OpenGroup<'a> = (&'a (Window, u64), &'a Vec<AggState>);
 
 /// Window `w`'s open groups of `keys` (borrowed), those it has.
-fn open_of<'a>(open: &'a super::OpenStates, w: Window, keys: &[u64]) -> Vec<OpenGroup<'a>> {
+pub(super) fn open_of<'a>(
+    open: &'a super::OpenStates,
+    w: Window,
+    keys: &[u64],
+) -> Vec<OpenGroup<'a>> {
     keys.iter()
         .filter_map(|k| open.get_key_value(&(w, *k)))
         .collect()
@@ -279,7 +291,7 @@ fn open_of<'a>(open: &'a super::OpenStates, w: Window, keys: &[u64]) -> Vec<Open
 
 /// Window `w`'s open groups (borrowed: a changed window's groups are read,
 /// not copied).
-fn open_groups(open: &super::OpenStates, w: Window) -> Vec<OpenGroup<'_>> {
+pub(super) fn open_groups(open: &super::OpenStates, w: Window) -> Vec<OpenGroup<'_>> {
     open.range((w, 0)..=(w, u64::MAX)).collect()
 }
 
@@ -345,6 +357,28 @@ impl IncrementalView {
         }
     }
 
+    /// The groups of `groups` that show.
+    fn shown<G: GroupStates>(&self, groups: &[G]) -> Vec<G> {
+        groups
+            .iter()
+            .copied()
+            .filter(|u| self.is_shown(u.states()))
+            .collect()
+    }
+
+    /// The table the rest reads, of `groups` (those shown).
+    pub(super) fn groups_table<G: GroupStates>(
+        &self,
+        post: &PostRun,
+        groups: &[G],
+    ) -> Result<RecordBatch> {
+        let agg = self.agg_rows(&self.shown(groups))?;
+        Ok(RecordBatch::try_new(
+            post.table.schema(),
+            agg.columns().to_vec(),
+        )?)
+    }
+
     /// The rest of the query over window `win`'s groups `groups`.
     fn post_eval<G: GroupStates>(
         &self,
@@ -352,11 +386,7 @@ impl IncrementalView {
         win: Window,
         groups: &[G],
     ) -> Result<RecordBatch> {
-        let shown: Vec<G> = groups
-            .iter()
-            .copied()
-            .filter(|u| self.is_shown(u.states()))
-            .collect();
+        let shown = self.shown(groups);
         // only the groups holding the extremum, where the rest reads no others
         let keys = self.plan.group_keys;
         let shown = match post
@@ -460,12 +490,16 @@ impl IncrementalView {
         };
         post.shown.clear();
         post.holders.clear();
+        if let Some(outer) = post.outer.as_mut() {
+            // built again from the restored groups when a window next changes
+            outer.clear();
+        }
         if let Some(parts) = post.parts.as_mut() {
             // rebuilt from the restored groups when a window next changes
             parts.windows.clear();
         }
         let result = (|| {
-            if self.mode != OutputMode::Update || post.parts.is_some() {
+            if self.mode != OutputMode::Update || post.parts.is_some() || post.outer.is_some() {
                 return Ok(());
             }
             let mut windows: Vec<Window> = self.open.keys().map(|(w, _)| *w).collect();
@@ -683,6 +717,22 @@ impl IncrementalView {
             (OutputMode::Update, true) => self.counted_extremum(post),
             _ => None,
         };
+        // an outer aggregate: what the changed windows emit, before their states move in
+        let outer = match (self.mode, post.outer.take()) {
+            (OutputMode::Update, Some(mut run)) => {
+                let closing: Vec<Window> = closed.iter().map(|(w, _)| *w).collect();
+                let emit = self.outer_changes(post, &mut run, &step.changed, &closing);
+                if emit.is_err() {
+                    run.clear();
+                }
+                post.outer = Some(run);
+                Some(emit)
+            }
+            (_, run) => {
+                post.outer = run;
+                None
+            }
+        };
         if let Some(j) = counted {
             self.keep_holders(post, j, &mut step.changed);
         } else if self.mode != OutputMode::Append {
@@ -718,6 +768,10 @@ impl IncrementalView {
                         let emit = kept.replace(parts.out.as_ref(), &old, &res)?;
                         out.batches.push(self.post_rows(w, &emit, Some(false))?);
                     }
+                } else if let Some(emit) = outer {
+                    for (w, rows) in emit? {
+                        out.batches.push(self.post_rows(w, &rows, Some(false))?);
+                    }
                 } else {
                     // (with a counted extremum, a window's open groups are its holders)
                     let mut changed: Vec<Window> = step.changed.iter().map(|u| u.window).collect();
@@ -743,6 +797,9 @@ impl IncrementalView {
                     out.batches.push(self.post_rows(*w, &res, Some(true))?);
                     post.shown.remove(w);
                     post.holders.remove(w);
+                    if let Some(outer) = post.outer.as_mut() {
+                        outer.close(w);
+                    }
                 }
             }
             OutputMode::Complete => {

@@ -282,7 +282,9 @@ impl IncrementalView {
                 // the states are panes: fold each into its windows still open
                 Some(p) => {
                     let after = w.unwrap_or(EventTime::MIN);
-                    let kinds: Vec<_> = self.plan.aggs.iter().map(|a| a.kind).collect();
+                    // every state of a slot: the aggregates' and those after
+                    // them (a post stage's event times and rows let through)
+                    let kinds = self.config.aggs.clone();
                     let mut open = BTreeMap::new();
                     for u in &updates {
                         for win in p.windows_of(u.window).filter(|win| win.end > after) {

@@ -149,6 +149,19 @@ impl SqlEvaluator {
         rows: Vec<Vec<RecordBatch>>,
         window: Option<Window>,
     ) -> Result<RecordBatch> {
+        self.run_prepared_as(exec, tables, rows, window, self.out_schema.clone())
+    }
+
+    /// [`Self::run_prepared`] for a plan of part of the query: its output
+    /// has `schema` (the plan's).
+    pub fn run_prepared_as(
+        &self,
+        exec: &Arc<dyn ExecutionPlan>,
+        tables: &[&live::LiveTable],
+        rows: Vec<Vec<RecordBatch>>,
+        window: Option<Window>,
+        schema: SchemaRef,
+    ) -> Result<RecordBatch> {
         for (t, r) in tables.iter().zip(rows) {
             t.set(r);
         }
@@ -161,7 +174,7 @@ impl SqlEvaluator {
         for t in tables {
             t.set(Vec::new());
         }
-        self.collected(out, window)
+        self.collected(out, window, schema)
     }
 
     fn run(
@@ -185,7 +198,7 @@ impl SqlEvaluator {
             }
             out
         });
-        self.collected(batches, window)
+        self.collected(batches, window, self.out_schema.clone())
     }
 
     /// A run's batches as one batch of the query's schema, or its error
@@ -194,6 +207,7 @@ impl SqlEvaluator {
         &self,
         batches: datafusion::error::Result<Vec<RecordBatch>>,
         window: Option<Window>,
+        schema: SchemaRef,
     ) -> Result<RecordBatch> {
         let view = &self.view;
         let batches = batches.map_err(|e| match checked::overflow(&e) {
@@ -209,10 +223,14 @@ impl SqlEvaluator {
         })?;
         let mut columns: Vec<ArrayRef> = Vec::new();
         if batches.is_empty() {
-            return Ok(RecordBatch::new_empty(self.out_schema.clone()));
+            return Ok(RecordBatch::new_empty(schema));
         }
         let all = concat_batches(&batches[0].schema(), &batches)?;
         columns.extend(all.columns().iter().cloned());
-        Ok(RecordBatch::try_new(self.out_schema.clone(), columns)?)
+        Ok(RecordBatch::try_new_with_options(
+            schema,
+            columns,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(all.num_rows())),
+        )?)
     }
 }

@@ -1,0 +1,109 @@
+//! An aggregate over a grouped aggregate's rows, with only projections and
+//! filters above it: `SELECT category, AVG(final) FROM (SELECT MAX(price)
+//! AS final, category … GROUP BY id, category) GROUP BY category` (Nexmark
+//! q4).
+//!
+//! Where the outer aggregate's functions have an exact inverse (`COUNT`, and
+//! `SUM` and `AVG` of integers and decimals, summed in `i128`), Update mode
+//! keeps each open window's outer groups as states: a changed inner group
+//! takes its old row out of its outer group and puts its new row in, and
+//! only the outer groups it touched are shown again, instead of the whole
+//! rest being evaluated over all of the window's groups at every trigger.
+//! An outer group's rows are the inner rows the part below it (`below`: the
+//! inner groups' projections and filters) gives for it, so an inner group
+//! that moves to another outer group, or that a filter below starts or stops
+//! letting through, leaves one and enters the other.
+
+use std::sync::Arc;
+
+use arrow::datatypes::DataType;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use thund_dataflows::AggKind;
+
+use super::aggregate::{self, CompiledAggregate};
+use super::post::{read_from_table, reads_scan};
+use super::shape::{self, has_subquery};
+use crate::paths::sql::live::LiveTable;
+use crate::window::TimeWindows;
+
+/// The name of the table that holds a window's rows below the outer aggregate.
+const BELOW: &str = "__thund_below";
+
+/// The name of the table that holds a window's outer groups.
+const OUTER: &str = "__thund_outer";
+
+/// The outer aggregate of a post stage's rest, split out.
+pub(crate) struct OuterPlan {
+    /// The part of the rest below the outer aggregate, over the groups
+    /// table: each inner group's rows for the outer aggregate.
+    pub below: LogicalPlan,
+    /// The outer aggregate, compiled over `below`'s rows (its keys and
+    /// aggregates; no WHERE of its own: that is in `below`).
+    pub aggregate: CompiledAggregate,
+    /// The rest above the outer aggregate, reading its rows from `table`.
+    pub above: LogicalPlan,
+    pub table: Arc<LiveTable>,
+}
+
+/// The outer aggregate of `rest`, where `rest` is projections and filters
+/// over a grouped aggregate whose functions all have an exact inverse, over
+/// projections and filters of the groups table (`None` otherwise).
+pub(crate) fn outer(
+    rest: &LogicalPlan,
+    source: &str,
+    windows: TimeWindows,
+    bound: &DataType,
+    ctx: &SessionContext,
+) -> Option<OuterPlan> {
+    let mut p = rest;
+    let a = loop {
+        match p {
+            LogicalPlan::Projection(pr) if !pr.expr.iter().any(has_subquery) => p = &pr.input,
+            LogicalPlan::Filter(f) if !has_subquery(&f.predicate) => p = &f.input,
+            LogicalPlan::SubqueryAlias(s) => p = &s.input,
+            LogicalPlan::Aggregate(a) => break a,
+            _ => return None,
+        }
+    };
+    // a global aggregate has a row for a window without groups: not kept here
+    if a.group_expr.is_empty() || !per_row(&a.input) {
+        return None;
+    }
+    let node = LogicalPlan::Aggregate(a.clone());
+    let (_, over_below) = read_from_table(&node, &a.input, BELOW)?;
+    let s = shape::shape(&over_below).ok()?;
+    let schema = over_below.schema().inner().clone();
+    let (_, compiled) = aggregate::compile(source, &s, windows, bound.clone(), schema, ctx).ok()?;
+    let invertible = compiled
+        .aggs
+        .iter()
+        .all(|g| g.per_value.is_none() && matches!(g.kind, AggKind::Count | AggKind::SumInt));
+    if !invertible
+        || compiled.keeps_per_value()
+        || compiled.tagged.is_some()
+        || !compiled.filters.is_empty()
+        || compiled.session.is_some()
+    {
+        return None;
+    }
+    let (table, above) = read_from_table(rest, &node, OUTER)?;
+    Some(OuterPlan {
+        below: a.input.as_ref().clone(),
+        aggregate: compiled,
+        above,
+        table,
+    })
+}
+
+/// Whether `p` gives each of its input's rows zero or one rows of its own:
+/// projections and filters (without subqueries) down to the groups table.
+fn per_row(p: &LogicalPlan) -> bool {
+    match p {
+        LogicalPlan::Projection(pr) => !pr.expr.iter().any(has_subquery) && per_row(&pr.input),
+        LogicalPlan::Filter(f) => !has_subquery(&f.predicate) && per_row(&f.input),
+        LogicalPlan::SubqueryAlias(s) => per_row(&s.input),
+        LogicalPlan::TableScan(_) => reads_scan(p),
+        _ => false,
+    }
+}
