@@ -16,7 +16,8 @@
 //! of two (each with its `FILTER`, as Nexmark q15/q16), the top 3 per
 //! window (`ORDER BY … LIMIT`), `SELECT DISTINCT` and the auctions with the
 //! most bids per window (Nexmark q5's shape: an aggregate, then a query over
-//! its groups), the bids holding each window's highest price (q7's shape) and
+//! its groups), an average of maxima by band (q4's shape: an aggregate over
+//! the groups, whose outer groups Update mode keeps), the bids holding each window's highest price (q7's shape) and
 //! the two highest bids per auction (q19's, `ROW_NUMBER() … <= 2`): rows
 //! ranked by the host, only candidates reaching the dataflow; and a windowed
 //! self-join (each bid with the later bids of its auction at the same price),
@@ -90,6 +91,12 @@ const SHAPES: &[(&str, &str)] = &[
         "SELECT auction, bids FROM (SELECT auction, COUNT(*) AS bids FROM bids GROUP BY auction) AS c \
          WHERE bids = (SELECT MAX(bids) FROM \
          (SELECT auction, COUNT(*) AS bids FROM bids GROUP BY auction) AS m)",
+    ),
+    (
+        "average of maxima by band (q4)",
+        "SELECT band, COUNT(*) AS auctions, AVG(high) AS avg_high FROM \
+         (SELECT auction, auction % 10 AS band, MAX(price) AS high FROM bids GROUP BY auction) AS a \
+         GROUP BY band",
     ),
     (
         "highest bid (q7)",

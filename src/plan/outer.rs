@@ -16,8 +16,10 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::DataType;
-use datafusion::logical_expr::LogicalPlan;
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 use thund_dataflows::AggKind;
 
@@ -36,14 +38,114 @@ const OUTER: &str = "__thund_outer";
 /// The outer aggregate of a post stage's rest, split out.
 pub(crate) struct OuterPlan {
     /// The part of the rest below the outer aggregate, over the groups
-    /// table: each inner group's rows for the outer aggregate.
-    pub below: LogicalPlan,
+    /// table: each inner group's row for the outer aggregate, if any.
+    pub below: PerRow,
     /// The outer aggregate, compiled over `below`'s rows (its keys and
     /// aggregates; no WHERE of its own: that is in `below`).
     pub aggregate: CompiledAggregate,
-    /// The rest above the outer aggregate, reading its rows from `table`.
-    pub above: LogicalPlan,
+    /// The rest above the outer aggregate, over `table`'s rows.
+    pub above: PerRow,
     pub table: Arc<LiveTable>,
+}
+
+/// Projections and filters over one table's rows, as physical expressions
+/// evaluated in turn: a few rows are evaluated without a DataFusion run,
+/// and each row out is known by the row in it came from.
+pub(crate) struct PerRow {
+    steps: Vec<RowStep>,
+}
+
+enum RowStep {
+    /// The table scan's columns.
+    Select(Vec<usize>),
+    Project(Vec<Arc<dyn PhysicalExpr>>, SchemaRef),
+    Filter(Arc<dyn PhysicalExpr>),
+}
+
+impl PerRow {
+    /// `plan` (made in `ctx`), optimized, if it is projections and filters
+    /// over a scan.
+    fn compile(plan: &LogicalPlan, ctx: &SessionContext) -> Option<PerRow> {
+        let plan = ctx.state().optimize(plan).ok()?;
+        let phys =
+            |e: &Expr, input: &LogicalPlan| ctx.create_physical_expr(e.clone(), input.schema());
+        let mut steps = Vec::new();
+        let mut p = &plan;
+        loop {
+            match p {
+                LogicalPlan::Projection(pr) => {
+                    let exprs = pr
+                        .expr
+                        .iter()
+                        .map(|e| phys(e, &pr.input))
+                        .collect::<datafusion::error::Result<Vec<_>>>()
+                        .ok()?;
+                    steps.push(RowStep::Project(exprs, pr.schema.inner().clone()));
+                    p = &pr.input;
+                }
+                LogicalPlan::Filter(f) => {
+                    steps.push(RowStep::Filter(phys(&f.predicate, &f.input).ok()?));
+                    p = &f.input;
+                }
+                LogicalPlan::SubqueryAlias(a) => p = &a.input,
+                LogicalPlan::TableScan(t) if t.filters.is_empty() && t.fetch.is_none() => {
+                    if let Some(columns) = &t.projection {
+                        steps.push(RowStep::Select(columns.clone()));
+                    }
+                    break;
+                }
+                _ => return None,
+            }
+        }
+        steps.reverse();
+        Some(PerRow { steps })
+    }
+
+    /// `batch` (the table's rows) through the steps, and for each row out
+    /// the index of the row of `batch` it came from.
+    pub fn run(&self, batch: RecordBatch) -> datafusion::error::Result<(RecordBatch, Vec<u32>)> {
+        use arrow::array::{Array, BooleanArray, RecordBatchOptions};
+        let mut from: Vec<u32> = (0..batch.num_rows() as u32).collect();
+        let mut batch = batch;
+        for step in &self.steps {
+            batch = match step {
+                RowStep::Select(columns) => batch.project(columns)?,
+                RowStep::Project(exprs, schema) => {
+                    let n = batch.num_rows();
+                    let cols = exprs
+                        .iter()
+                        .map(|e| e.evaluate(&batch).and_then(|c| c.into_array(n)))
+                        .collect::<datafusion::error::Result<Vec<_>>>()?;
+                    RecordBatch::try_new_with_options(
+                        schema.clone(),
+                        cols,
+                        &RecordBatchOptions::new().with_row_count(Some(n)),
+                    )?
+                }
+                RowStep::Filter(predicate) => {
+                    let m = predicate
+                        .evaluate(&batch)
+                        .and_then(|c| c.into_array(batch.num_rows()))?;
+                    let Some(m) = m.as_any().downcast_ref::<BooleanArray>() else {
+                        return Err(datafusion::error::DataFusionError::Internal(
+                            "a filter that is not a boolean".into(),
+                        ));
+                    };
+                    let m = match m.nulls() {
+                        Some(_) => arrow::compute::prep_null_mask_filter(m),
+                        None => m.clone(),
+                    };
+                    from = from
+                        .iter()
+                        .zip(m.values().iter())
+                        .filter_map(|(i, keep)| keep.then_some(*i))
+                        .collect();
+                    arrow::compute::filter_record_batch(&batch, &m)?
+                }
+            };
+        }
+        Ok((batch, from))
+    }
 }
 
 /// The outer aggregate of `rest`, where `rest` is projections and filters
@@ -89,9 +191,9 @@ pub(crate) fn outer(
     }
     let (table, above) = read_from_table(rest, &node, OUTER)?;
     Some(OuterPlan {
-        below: a.input.as_ref().clone(),
+        below: PerRow::compile(&a.input, ctx)?,
         aggregate: compiled,
-        above,
+        above: PerRow::compile(&above, ctx)?,
         table,
     })
 }

@@ -10,17 +10,14 @@
 //! groups are built from the first time it changes (or after a restore),
 //! and the rows its close evaluates the whole rest over.
 
-use std::sync::Arc;
-
 use arrow::array::{
     Array, ArrayRef, Decimal128Array, Int64Array, RecordBatch, RecordBatchOptions, UInt64Array,
 };
 use arrow::buffer::NullBuffer;
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::DataType;
 use arrow::row::{RowConverter, SortField};
 use datafusion::datasource::TableProvider;
-use datafusion::physical_plan::ExecutionPlan;
 use rustc_hash::FxHashMap;
 use thund_dataflows::{AggKind, AggState, Update, Value};
 
@@ -29,27 +26,37 @@ use super::render::GroupStates;
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::changes::changed_rows;
-use crate::paths::sql::checked::{self, canonical_array};
-use crate::paths::sql::live::LiveTable;
-use crate::paths::sql::SqlEvaluator;
-use crate::plan::{CompiledAggregate, OuterPlan};
+use crate::paths::sql::checked::canonical_array;
+use crate::plan::OuterPlan;
 use crate::window::Window;
 
 /// One window's outer groups, by their key's row-format bytes.
 type OuterGroups = FxHashMap<Box<[u8]>, OuterGroup>;
 
+/// What one inner group's row below adds to its outer group: the outer
+/// group's key, and per aggregate the value it folds (`None`: it feeds
+/// that aggregate nothing; a `COUNT` folds 1).
+struct Contribution {
+    key: Box<[u8]>,
+    values: Vec<Option<i128>>,
+}
+
 /// The outer aggregate of a post stage, as Update mode keeps it.
 pub(super) struct OuterRun {
-    /// The part below the outer aggregate, over the groups table, planned once.
-    below: Arc<dyn ExecutionPlan>,
-    /// The rest above it, over `table`, planned once.
-    above: Arc<dyn ExecutionPlan>,
-    table: Arc<LiveTable>,
     /// The encoder of the outer group keys.
     conv: RowConverter,
-    /// Each open window's outer groups (a window that has not changed since
-    /// it opened or since a restore has none yet).
-    windows: FxHashMap<Window, OuterGroups>,
+    /// Each open window's outer groups and what each inner group adds to
+    /// them (a window that has not changed since it opened, or since a
+    /// restore, has none yet).
+    windows: FxHashMap<Window, OuterWindow>,
+}
+
+#[derive(Default)]
+struct OuterWindow {
+    groups: OuterGroups,
+    /// By inner group key id: its row's contribution (none where the part
+    /// below gives the group no row, or the group does not show).
+    of: FxHashMap<u64, Contribution>,
 }
 
 /// An outer group: how many rows below feed it, and its states.
@@ -79,19 +86,12 @@ impl GroupStates for OuterRow<'_> {
 }
 
 impl OuterRun {
-    pub fn new(view: &str, plan: &OuterPlan, eval: &SqlEvaluator) -> Result<Self> {
-        let prepare = |p: &datafusion::logical_expr::LogicalPlan| -> Result<_> {
-            let p = checked::rewrite(p.clone()).map_err(|e| Error::eval(view, e))?;
-            eval.prepare(&eval.optimize(&p)?)
-        };
+    pub fn new(view: &str, plan: &OuterPlan) -> Result<Self> {
         let fields = plan.aggregate.key_fields[..plan.aggregate.group_keys]
             .iter()
             .map(|f| SortField::new(f.data_type().clone()))
             .collect();
         Ok(OuterRun {
-            below: prepare(&plan.below)?,
-            above: prepare(&plan.above)?,
-            table: plan.table.clone(),
             conv: RowConverter::new(fields).map_err(|e| Error::internal(view, e.to_string()))?,
             windows: FxHashMap::default(),
         })
@@ -107,13 +107,6 @@ impl OuterRun {
     pub fn close(&mut self, w: &Window) {
         self.windows.remove(w);
     }
-}
-
-/// An aggregate's input per row below: whether it feeds the aggregate, and
-/// the value it adds (a `COUNT` adds one).
-struct Fed {
-    valid: Option<NullBuffer>,
-    values: Option<Vec<i128>>,
 }
 
 impl IncrementalView {
@@ -134,37 +127,38 @@ impl IncrementalView {
         changed: &[Update],
         closing: &[Window],
     ) -> Result<Vec<(Window, RecordBatch)>> {
-        let plan = &self.outer_plan()?.aggregate;
+        let plan = self.outer_plan()?;
         let mut out = Vec::new();
-        let mut at = 0;
-        while at < changed.len() {
-            let w = changed[at].window;
-            let end = at + changed[at..].iter().take_while(|u| u.window == w).count();
-            let ups: Vec<&Update> = changed[at..end].iter().collect();
-            at = end;
+        for ups in changed.chunk_by(|a, b| a.window == b.window) {
+            let w = ups[0].window;
             if closing.contains(&w) {
                 // its close shows it whole
                 continue;
             }
-            if !run.windows.contains_key(&w) {
-                let open = super::post::open_groups(&self.open, w);
-                let rows = self.below_rows(post, run, w, &open)?;
-                let mut groups = OuterGroups::default();
-                self.fold_outer(plan, run, w, &mut groups, &rows, 1, &mut None)?;
-                run.windows.insert(w, groups);
+            let mut win = match run.windows.remove(&w) {
+                Some(win) => win,
+                None => {
+                    let mut win = OuterWindow::default();
+                    let open = super::post::open_groups(&self.open, w);
+                    for (k, c) in self.contributions(post, run, plan, &open)? {
+                        self.add(plan, w, &mut win.groups, &c, 1, None)?;
+                        win.of.insert(k, c);
+                    }
+                    win
+                }
+            };
+            let mut before = FxHashMap::default();
+            for u in ups {
+                if let Some(c) = win.of.remove(&u.key) {
+                    self.add(plan, w, &mut win.groups, &c, -1, Some(&mut before))?;
+                }
             }
-            let keys: Vec<u64> = ups.iter().map(|u| u.key).collect();
-            let old = super::post::open_of(&self.open, w, &keys);
-            let old = self.below_rows(post, run, w, &old)?;
-            let new = self.below_rows(post, run, w, &ups)?;
-            let mut groups = run.windows.remove(&w).unwrap_or_default();
-            let mut before = Some(FxHashMap::default());
-            let folded = self
-                .fold_outer(plan, run, w, &mut groups, &old, -1, &mut before)
-                .and_then(|_| self.fold_outer(plan, run, w, &mut groups, &new, 1, &mut before));
-            let before = before.unwrap_or_default();
-            groups.retain(|_, g| g.rows > 0);
-            folded?;
+            let ups: Vec<&Update> = ups.iter().collect();
+            for (k, c) in self.contributions(post, run, plan, &ups)? {
+                self.add(plan, w, &mut win.groups, &c, 1, Some(&mut before))?;
+                win.of.insert(k, c);
+            }
+            win.groups.retain(|_, g| g.rows > 0);
             let was: Vec<(&[u8], &OuterGroup)> = before
                 .iter()
                 .filter_map(|(k, g)| g.as_ref().map(|g| (k.as_ref(), g)))
@@ -172,134 +166,83 @@ impl IncrementalView {
                 .collect();
             let is: Vec<(&[u8], &OuterGroup)> = before
                 .keys()
-                .filter_map(|k| groups.get_key_value(k).map(|(k, g)| (k.as_ref(), g)))
+                .filter_map(|k| win.groups.get_key_value(k).map(|(k, g)| (k.as_ref(), g)))
                 .collect();
             let was = self.above_rows(post, run, plan, w, &was)?;
             let is = self.above_rows(post, run, plan, w, &is)?;
             out.push((w, changed_rows(Some(&was), &is)?));
-            run.windows.insert(w, groups);
+            run.windows.insert(w, win);
         }
         Ok(out)
     }
 
-    /// The rows below the outer aggregate of window `w`'s `groups` (those
-    /// shown).
-    fn below_rows<G: GroupStates>(
+    /// What the rows below of window `w`'s `groups` (those shown) add to
+    /// the outer groups, by inner group key id.
+    fn contributions<G: GroupStates>(
         &self,
         post: &super::post::PostRun,
         run: &OuterRun,
-        w: Window,
+        plan: &OuterPlan,
         groups: &[G],
-    ) -> Result<RecordBatch> {
+    ) -> Result<Vec<(u64, Contribution)>> {
+        let view = &self.view;
+        let shown: Vec<u64> = groups
+            .iter()
+            .filter(|g| self.is_shown(g.states()))
+            .map(|g| g.key())
+            .collect();
         let table = self.groups_table(post, groups)?;
         if table.num_rows() == 0 {
-            return Ok(RecordBatch::new_empty(run.below.schema()));
+            return Ok(Vec::new());
         }
-        post.eval.run_prepared_as(
-            &run.below,
-            &[post.table.as_ref()],
-            vec![vec![table]],
-            Some(self.shown_window(w)),
-            run.below.schema(),
-        )
-    }
-
-    /// Fold `rows` (rows below, of window `w`) into `groups` with `sign`
-    /// (1: they enter, -1: they leave); with `before`, each outer group's
-    /// state before its first change is put there (`None`: it did not exist).
-    #[allow(clippy::too_many_arguments)]
-    fn fold_outer(
-        &self,
-        plan: &CompiledAggregate,
-        run: &OuterRun,
-        w: Window,
-        groups: &mut OuterGroups,
-        rows: &RecordBatch,
-        sign: i64,
-        before: &mut Option<FxHashMap<Box<[u8]>, Option<OuterGroup>>>,
-    ) -> Result<()> {
+        let (rows, from) = plan.below.run(table).map_err(|e| Error::eval(view, e))?;
         let n = rows.num_rows();
-        if n == 0 {
-            return Ok(());
-        }
-        let view = &self.view;
-        let keys = plan
+        let agg = &plan.aggregate;
+        let keys = agg
             .keys
             .iter()
             .map(|k| {
-                k.evaluate(rows)
+                k.evaluate(&rows)
                     .and_then(|c| c.into_array(n))
                     .map(|a| canonical_array(&a))
                     .map_err(|e| Error::eval(view, e))
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
         let keys = run.conv.convert_columns(&keys)?;
-        let fed = plan
-            .aggs
-            .iter()
-            .map(|a| {
-                let arg = a
-                    .arg
-                    .evaluate(rows)
-                    .and_then(|c| c.into_array(n))
-                    .map_err(|e| Error::eval(view, e))?;
-                let only = match &a.filter {
-                    Some(f) => Some(true_rows(view, "FILTER", f.as_ref(), rows)?),
-                    None => None,
-                };
-                let valid = NullBuffer::union(arg.logical_nulls().as_ref(), only.as_ref());
-                let values = match a.kind {
-                    AggKind::Count => None,
-                    _ => Some(int_values(view, &a.input_type, &arg)?),
-                };
-                Ok(Fed { valid, values })
-            })
-            .collect::<Result<Vec<Fed>>>()?;
-        let empty = vec![AggState::EMPTY; plan.aggs.len()];
-        for (i, key) in keys.iter().enumerate() {
-            let key = key.data();
-            if let Some(before) = before.as_mut() {
-                if !before.contains_key(key) {
-                    before.insert(key.into(), groups.get(key).cloned());
-                }
-            }
-            let g = match groups.get_mut(key) {
-                Some(g) => g,
-                None => groups.entry(key.into()).or_insert(OuterGroup {
-                    rows: 0,
-                    states: empty.clone(),
-                }),
+        let mut fed: Vec<(Option<NullBuffer>, Option<Vec<i128>>)> = Vec::new();
+        for a in &agg.aggs {
+            let arg = a
+                .arg
+                .evaluate(&rows)
+                .and_then(|c| c.into_array(n))
+                .map_err(|e| Error::eval(view, e))?;
+            let only = match &a.filter {
+                Some(f) => Some(true_rows(view, "FILTER", f.as_ref(), &rows)?),
+                None => None,
             };
-            g.rows += sign;
-            for ((a, f), st) in plan.aggs.iter().zip(&fed).zip(g.states.iter_mut()) {
-                if f.valid.as_ref().is_some_and(|v| v.is_null(i)) {
-                    continue;
-                }
-                let count = st.count + sign;
-                let sum = match (&f.values, st.value) {
-                    (None, _) => Some(i128::from(count)),
-                    (Some(v), Value::Int(s)) => s.checked_add(i128::from(sign) * v[i]),
-                    (Some(v), _) => Some(i128::from(sign) * v[i]),
-                }
-                .ok_or_else(|| Error::Overflow {
-                    view: view.clone(),
-                    aggregate: a.name.clone(),
-                    data_type: "a 128-bit sum".into(),
-                    window_start: w.start,
-                    window_end: w.end,
-                    value: format!("{:?} + {}", st.value, f.values.as_ref().map_or(0, |v| v[i])),
-                })?;
-                *st = AggState {
-                    count,
-                    value: if count > 0 {
-                        Value::Int(sum)
-                    } else {
-                        Value::Null
-                    },
-                };
-            }
+            let valid = NullBuffer::union(arg.logical_nulls().as_ref(), only.as_ref());
+            let values = match a.kind {
+                AggKind::Count => None,
+                _ => Some(int_values(view, &a.input_type, &arg)?),
+            };
+            fed.push((valid, values));
         }
-        Ok(())
+        Ok((0..n)
+            .map(|i| {
+                let values = fed
+                    .iter()
+                    .map(|(valid, values)| match valid {
+                        Some(v) if v.is_null(i) => None,
+                        _ => Some(values.as_ref().map_or(1, |v| v[i])),
+                    })
+                    .collect();
+                let c = Contribution {
+                    key: keys.row(i).data().into(),
+                    values,
+                };
+                (shown[from[i] as usize], c)
+            })
+            .collect())
     }
 
     /// The rest above the outer aggregate over window `w`'s outer `groups`.
@@ -307,11 +250,10 @@ impl IncrementalView {
         &self,
         post: &super::post::PostRun,
         run: &OuterRun,
-        plan: &CompiledAggregate,
+        plan: &OuterPlan,
         w: Window,
         groups: &[(&[u8], &OuterGroup)],
     ) -> Result<RecordBatch> {
-        let schema: SchemaRef = run.table.schema();
         let parser = run.conv.parser();
         let mut cols = run
             .conv
@@ -323,20 +265,80 @@ impl IncrementalView {
                 states: &g.states,
             })
             .collect();
-        for (j, a) in plan.aggs.iter().enumerate() {
+        for (j, a) in plan.aggregate.aggs.iter().enumerate() {
             cols.push(self.column(a, &states, j)?);
         }
         let rows = RecordBatch::try_new_with_options(
-            schema,
+            plan.table.schema(),
             cols,
             &RecordBatchOptions::new().with_row_count(Some(groups.len())),
         )?;
-        post.eval.run_prepared(
-            &run.above,
-            &[run.table.as_ref()],
-            vec![vec![rows]],
-            Some(self.shown_window(w)),
-        )
+        let (rows, _) = plan
+            .above
+            .run(rows)
+            .map_err(|e| Error::eval(&self.view, e))?;
+        Ok(RecordBatch::try_new_with_options(
+            post.eval.out_schema.clone(),
+            rows.columns().to_vec(),
+            &RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
+        )?)
+    }
+}
+
+impl IncrementalView {
+    /// Fold contribution `c` into its outer group of window `w`'s `groups` with
+    /// `sign` (1: it enters, -1: it leaves); with `before`, the outer group's
+    /// state before its first change is put there (`None`: it did not exist).
+    fn add(
+        &self,
+        plan: &OuterPlan,
+        w: Window,
+        groups: &mut OuterGroups,
+        c: &Contribution,
+        sign: i64,
+        before: Option<&mut FxHashMap<Box<[u8]>, Option<OuterGroup>>>,
+    ) -> Result<()> {
+        let agg = &plan.aggregate;
+        if let Some(before) = before {
+            if !before.contains_key(&c.key) {
+                before.insert(c.key.clone(), groups.get(&c.key).cloned());
+            }
+        }
+        let g = match groups.get_mut(&c.key) {
+            Some(g) => g,
+            None => groups.entry(c.key.clone()).or_insert(OuterGroup {
+                rows: 0,
+                states: vec![AggState::EMPTY; agg.aggs.len()],
+            }),
+        };
+        g.rows += sign;
+        for ((a, v), st) in agg.aggs.iter().zip(&c.values).zip(g.states.iter_mut()) {
+            let Some(v) = *v else { continue };
+            let count = st.count + sign;
+            let v = if sign < 0 { v.checked_neg() } else { Some(v) };
+            let sum = match (a.kind, st.value, v) {
+                (AggKind::Count, _, _) => Some(i128::from(count)),
+                (_, Value::Int(s), Some(v)) => s.checked_add(v),
+                (_, _, v) => v,
+            };
+            let sum = sum.ok_or_else(|| Error::Overflow {
+                view: self.view.clone(),
+                aggregate: a.name.clone(),
+                data_type: a.output_type.to_string(),
+                window_start: w.start,
+                window_end: w.end,
+                value: "beyond a 128-bit sum".into(),
+            })?;
+            *st = AggState {
+                count,
+                value: if count > 0 {
+                    Value::Int(sum)
+                } else {
+                    Value::Null
+                },
+            };
+        }
+        Ok(())
     }
 }
 

@@ -212,7 +212,7 @@ impl PostRun {
             extremal: plan.extremal,
             holders: FxHashMap::default(),
             outer: match &plan.outer {
-                Some(o) => Some(OuterRun::new(view, o, &eval)?),
+                Some(o) => Some(OuterRun::new(view, o)?),
                 None => None,
             },
             eval,
@@ -298,7 +298,7 @@ pub(super) fn open_groups(open: &super::OpenStates, w: Window) -> Vec<OpenGroup<
 impl IncrementalView {
     /// Whether a group with these states shows (a group only rows WHERE
     /// refused made exist does not, where there are group keys).
-    fn is_shown(&self, states: &[AggState]) -> bool {
+    pub(super) fn is_shown(&self, states: &[AggState]) -> bool {
         self.plan.group_keys == 0 || states.last().is_some_and(|s| s.count > 0)
     }
 
