@@ -219,9 +219,27 @@ impl Error {
     }
 
     pub(crate) fn dataflow(view: &str, e: thund_dataflows::Error) -> Self {
-        Error::Dataflow {
-            view: view.to_string(),
-            source: e,
+        match e {
+            // an accumulator past its 128 bits: the overflow the recompute path reports too
+            thund_dataflows::Error::Overflow {
+                kind,
+                window,
+                detail,
+            } => Error::Overflow {
+                view: view.to_string(),
+                aggregate: match detail.is_empty() {
+                    true => format!("{kind:?}"),
+                    false => detail,
+                },
+                data_type: "a 128-bit accumulator".to_string(),
+                window_start: window.map_or(i64::MIN, |w| w.start),
+                window_end: window.map_or(i64::MAX, |w| w.end),
+                value: "beyond 128 bits".to_string(),
+            },
+            e => Error::Dataflow {
+                view: view.to_string(),
+                source: e,
+            },
         }
     }
 

@@ -504,3 +504,63 @@ fn a_decimal_average_that_does_not_fit_is_an_error_on_both_paths() {
     assert_eq!(overflow_fields(&inc), want);
     assert_eq!(overflow_fields(&rec), want);
 }
+
+/// A decimal `SUM` past its type's precision (or past the 128 bits it is
+/// kept in) is an overflow on both paths, as an integer one is: grouped,
+/// and in an aggregate over the groups (whose outer groups Update mode
+/// keeps). DataFusion's own decimal `SUM` wraps.
+#[test]
+fn a_decimal_sum_past_its_type_is_an_overflow_on_both_paths() {
+    let s = schema(DataType::Decimal128(38, 0));
+    let inner = "SELECT k % 2 AS p, SUM(x) AS s FROM t GROUP BY k % 2";
+    let outer = "SELECT k % 2 AS p, COUNT(*) AS n, SUM(s) AS ss FROM \
+                 (SELECT k, SUM(x) AS s FROM t GROUP BY k) AS a GROUP BY k % 2";
+    for (sql, keeps) in [(inner, false), (outer, true)] {
+        // past the precision (38 digits), then past 128 bits
+        for big in [6 * 10i128.pow(37), 9 * 10i128.pow(37)] {
+            let b = RecordBatch::try_new(
+                s.clone(),
+                vec![
+                    Arc::new(Int64Array::from(vec![1, 3, 2])),
+                    Arc::new(
+                        arrow::array::Decimal128Array::from(vec![big, big, 5])
+                            .with_precision_and_scale(38, 0)
+                            .expect("decimal"),
+                    ),
+                    Arc::new(TimestampMillisecondArray::from(vec![10, 20, 30])),
+                ],
+            )
+            .expect("batch");
+            let [inc, rec] = [ExecMode::Auto, ExecMode::Recompute].map(|mode| {
+                let mut e = Engine::builder().build()?;
+                e.create_view(
+                    ViewSpec::builder("v", sql)
+                        .window(WindowSpec::tumbling(Duration::from_secs(1)))
+                        .source("t", "ts", s.clone())
+                        .output(OutputMode::Update)
+                        .mode(mode)
+                        .build()?,
+                )?;
+                if mode == ExecMode::Auto {
+                    assert_eq!(e.plan("v")?.path(), thund::PathKind::Incremental, "{sql}");
+                    let explain = e.explain("v")?;
+                    assert_eq!(
+                        explain.contains("outer groups are kept"),
+                        keeps,
+                        "{explain}"
+                    );
+                }
+                e.push("t", b.clone())?;
+                let mut out = e.trigger()?.views[0].output.clone();
+                out.extend(e.finish()?.views[0].output.clone());
+                Ok::<_, Error>(out)
+            });
+            for r in [&inc, &rec] {
+                assert!(
+                    matches!(r, Err(Error::Overflow { .. })),
+                    "{sql}, {big}: {r:?}"
+                );
+            }
+        }
+    }
+}

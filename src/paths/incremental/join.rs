@@ -128,22 +128,7 @@ fn shown_error(e: Error, shift: i64) -> Error {
             window_end: end(window_end),
             value,
         },
-        Error::Dataflow {
-            view,
-            source:
-                thund_dataflows::Error::Overflow {
-                    kind,
-                    window: Some(w),
-                    detail,
-                },
-        } => Error::Dataflow {
-            view,
-            source: thund_dataflows::Error::Overflow {
-                kind,
-                window: Some(thund_dataflows::Window::new(w.start, end(w.end))),
-                detail,
-            },
-        },
+        // (a dataflow's overflow is an `Error::Overflow` too: see `Error::dataflow`)
         other => other,
     }
 }

@@ -256,10 +256,26 @@ impl IncrementalView {
                 ));
                 cast(&f, &a.output_type)?
             }
-            (_, DataType::Decimal128(p, s)) => Arc::new(
-                Decimal128Array::from_iter(updates.iter().map(|u| int(&st(u).value)))
-                    .with_precision_and_scale(*p, *s)?,
-            ),
+            (_, DataType::Decimal128(p, s)) => {
+                // a sum past the type's precision is an error, as on the recompute path
+                let limit = 10u128.pow(u32::from(*p));
+                let mut v: Vec<Option<i128>> = Vec::with_capacity(updates.len());
+                for u in updates {
+                    let x = int(&st(u).value);
+                    if let Some(i) = x.filter(|i| i.unsigned_abs() >= limit) {
+                        return Err(Error::Overflow {
+                            view: self.view.clone(),
+                            aggregate: a.name.clone(),
+                            data_type: a.output_type.to_string(),
+                            window_start: u.window().start,
+                            window_end: u.window().end,
+                            value: i.to_string(),
+                        });
+                    }
+                    v.push(x);
+                }
+                Arc::new(Decimal128Array::from_iter(v).with_precision_and_scale(*p, *s)?)
+            }
             (_, dt) if ordered_as_integer(dt) => {
                 // MIN/MAX of a type kept as its integer representation: every
                 // state is one of the inputs, so it fits its type again

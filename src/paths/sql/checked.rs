@@ -8,6 +8,8 @@
 //!   the SQL result type (`Int64`, or `UInt64` for unsigned inputs) is an
 //!   error, [`Overflow`], which the recompute path reports as
 //!   [`crate::Error::Overflow`] naming the view, the window and the aggregate.
+//! * `SUM` over decimals is exact, and a sum past the result type's
+//!   precision (or past 128 bits) is the same error (DataFusion's wraps).
 //! * `AVG` over decimals is exact and an overflow of its result is the same
 //!   error (DataFusion's is an untyped execution error).
 //! * `MIN`/`MAX` over floats use the total order in which `-0.0 = 0.0` and
@@ -113,6 +115,11 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
             } else {
                 DataType::Int64
             },
+            signature: Signature::any(1, Volatility::Immutable),
+        }),
+        "sum" if matches!(dt, DataType::Decimal128(_, _)) && !p.distinct => Arc::new(CheckedSum {
+            label: format!("SUM({arg})"),
+            out: af.func.return_type(std::slice::from_ref(&dt))?,
             signature: Signature::any(1, Volatility::Immutable),
         }),
         "avg" if matches!(dt, DataType::Decimal128(_, _)) => Arc::new(CheckedAvg {
@@ -235,7 +242,11 @@ impl AggregateUDFImpl for CheckedSum {
         Ok(Box::new(SumAcc {
             label: self.label.clone(),
             out: self.out.clone(),
-            scale: 0,
+            // a decimal sum has its inputs' scale
+            scale: match self.out {
+                DataType::Decimal128(_, s) => s,
+                _ => 0,
+            },
             sum: None,
         }))
     }
@@ -297,7 +308,13 @@ impl Accumulator for SumAcc {
                 value: s.to_string(),
             }))
         };
-        Ok(if self.out == DataType::UInt64 {
+        Ok(if let DataType::Decimal128(p, scale) = self.out {
+            // exact, and within the type's precision
+            if s.unsigned_abs() >= 10u128.pow(u32::from(p)) {
+                return Err(overflow());
+            }
+            ScalarValue::Decimal128(Some(s), p, scale)
+        } else if self.out == DataType::UInt64 {
             ScalarValue::UInt64(Some(u64::try_from(s).map_err(|_| overflow())?))
         } else {
             ScalarValue::Int64(Some(i64::try_from(s).map_err(|_| overflow())?))
