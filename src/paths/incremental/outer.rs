@@ -283,9 +283,7 @@ impl IncrementalView {
             &RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
         )?)
     }
-}
 
-impl IncrementalView {
     /// Fold contribution `c` into its outer group of window `w`'s `groups` with
     /// `sign` (1: it enters, -1: it leaves); with `before`, the outer group's
     /// state before its first change is put there (`None`: it did not exist).

@@ -319,10 +319,8 @@ impl IncrementalView {
     /// states moved in, not copied). A window without holders yet offers its
     /// open groups first (those a restore put back).
     fn keep_holders(&mut self, post: &mut PostRun, j: usize, changed: &mut [Update]) {
-        let mut at = 0;
-        while at < changed.len() {
-            let w = changed[at].window;
-            let end = at + changed[at..].iter().take_while(|u| u.window == w).count();
+        for ups in changed.chunk_by_mut(|a, b| a.window == b.window) {
+            let w = ups[0].window;
             let h = post.holders.entry(w).or_insert_with(|| {
                 let mut h = Holders {
                     best: i64::MIN,
@@ -335,7 +333,7 @@ impl IncrementalView {
                 }
                 h
             });
-            for u in &changed[at..end] {
+            for u in ups.iter() {
                 if self.is_shown(&u.aggs) {
                     h.offer(u.key, u.aggs[j].count);
                 }
@@ -348,12 +346,11 @@ impl IncrementalView {
             for key in gone {
                 self.open.remove(&(w, key));
             }
-            for u in &mut changed[at..end] {
+            for u in ups.iter_mut() {
                 if h.keys.contains(&u.key) {
                     self.open.insert((w, u.key), std::mem::take(&mut u.aggs));
                 }
             }
-            at = end;
         }
     }
 
