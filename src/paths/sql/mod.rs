@@ -149,19 +149,6 @@ impl SqlEvaluator {
         rows: Vec<Vec<RecordBatch>>,
         window: Option<Window>,
     ) -> Result<RecordBatch> {
-        self.run_prepared_as(exec, tables, rows, window, self.out_schema.clone())
-    }
-
-    /// [`Self::run_prepared`] for a plan of part of the query: its output
-    /// has `schema` (the plan's).
-    pub fn run_prepared_as(
-        &self,
-        exec: &Arc<dyn ExecutionPlan>,
-        tables: &[&live::LiveTable],
-        rows: Vec<Vec<RecordBatch>>,
-        window: Option<Window>,
-        schema: SchemaRef,
-    ) -> Result<RecordBatch> {
         for (t, r) in tables.iter().zip(rows) {
             t.set(r);
         }
@@ -174,7 +161,7 @@ impl SqlEvaluator {
         for t in tables {
             t.set(Vec::new());
         }
-        self.collected(out, window, schema)
+        self.collected(out, window)
     }
 
     fn run(
@@ -198,7 +185,7 @@ impl SqlEvaluator {
             }
             out
         });
-        self.collected(batches, window, self.out_schema.clone())
+        self.collected(batches, window)
     }
 
     /// A run's batches as one batch of the query's schema, or its error
@@ -207,7 +194,6 @@ impl SqlEvaluator {
         &self,
         batches: datafusion::error::Result<Vec<RecordBatch>>,
         window: Option<Window>,
-        schema: SchemaRef,
     ) -> Result<RecordBatch> {
         let view = &self.view;
         let batches = batches.map_err(|e| match checked::overflow(&e) {
@@ -223,14 +209,10 @@ impl SqlEvaluator {
         })?;
         let mut columns: Vec<ArrayRef> = Vec::new();
         if batches.is_empty() {
-            return Ok(RecordBatch::new_empty(schema));
+            return Ok(RecordBatch::new_empty(self.out_schema.clone()));
         }
         let all = concat_batches(&batches[0].schema(), &batches)?;
         columns.extend(all.columns().iter().cloned());
-        Ok(RecordBatch::try_new_with_options(
-            schema,
-            columns,
-            &arrow::array::RecordBatchOptions::new().with_row_count(Some(all.num_rows())),
-        )?)
+        Ok(RecordBatch::try_new(self.out_schema.clone(), columns)?)
     }
 }
