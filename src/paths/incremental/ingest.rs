@@ -30,7 +30,7 @@ use crate::time::EventTime;
 use crate::window::{TimeWindows, Window};
 
 /// One aggregate's argument over a batch, typed for the column-wise fold.
-enum Arg {
+pub(super) enum Arg {
     /// `COUNT`: only whether each row's argument is non-null matters.
     Count(Option<NullBuffer>),
     Float(Float64Array),
@@ -40,7 +40,19 @@ enum Arg {
 }
 
 impl Arg {
-    fn nulls(&self) -> Option<&NullBuffer> {
+    /// Row `i`'s value as an integer fold takes it (a `COUNT` counts 1;
+    /// `None` for a float, which no integer fold takes).
+    pub(super) fn int_at(&self, i: usize) -> Option<i128> {
+        match self {
+            Arg::Count(_) => Some(1),
+            Arg::Float(_) => None,
+            Arg::Int(a) => Some(i128::from(a.value(i))),
+            Arg::UInt(a) => Some(i128::from(a.value(i))),
+            Arg::Decimal(a) => Some(a.value(i)),
+        }
+    }
+
+    pub(super) fn nulls(&self) -> Option<&NullBuffer> {
         match self {
             Arg::Count(n) => n.as_ref(),
             Arg::Float(a) => a.nulls(),
@@ -583,7 +595,12 @@ impl IncrementalView {
     /// An aggregate's argument column, typed for the fold. With `only` (its
     /// `FILTER`'s true rows, as validity), the other rows are null to it: no
     /// aggregate folds a null, so they feed nothing.
-    fn arg(&self, a: &CompiledAgg, arr: ArrayRef, only: Option<NullBuffer>) -> Result<Arg> {
+    pub(super) fn arg(
+        &self,
+        a: &CompiledAgg,
+        arr: ArrayRef,
+        only: Option<NullBuffer>,
+    ) -> Result<Arg> {
         let wrong =
             |what: &str| Error::internal(&self.view, format!("an aggregate argument {what}"));
         if a.kind == AggKind::Count {

@@ -10,12 +10,7 @@
 //! groups are built from the first time it changes (or after a restore),
 //! and the rows its close evaluates the whole rest over.
 
-use arrow::array::{
-    Array, ArrayRef, Decimal128Array, Int64Array, RecordBatch, RecordBatchOptions, UInt64Array,
-};
-use arrow::buffer::NullBuffer;
-use arrow::compute::cast;
-use arrow::datatypes::DataType;
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::row::{RowConverter, SortField};
 use datafusion::datasource::TableProvider;
 use rustc_hash::FxHashMap;
@@ -186,12 +181,8 @@ impl IncrementalView {
         groups: &[G],
     ) -> Result<Vec<(u64, Contribution)>> {
         let view = &self.view;
-        let shown: Vec<u64> = groups
-            .iter()
-            .filter(|g| self.is_shown(g.states()))
-            .map(|g| g.key())
-            .collect();
-        let table = self.groups_table(post, groups)?;
+        let shown = self.shown(groups);
+        let table = self.groups_table(post, &shown)?;
         if table.num_rows() == 0 {
             return Ok(Vec::new());
         }
@@ -209,38 +200,37 @@ impl IncrementalView {
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
         let keys = run.conv.convert_columns(&keys)?;
-        let mut fed: Vec<(Option<NullBuffer>, Option<Vec<i128>>)> = Vec::new();
-        for a in &agg.aggs {
-            let arg = a
-                .arg
-                .evaluate(&rows)
-                .and_then(|c| c.into_array(n))
-                .map_err(|e| Error::eval(view, e))?;
-            let only = match &a.filter {
-                Some(f) => Some(true_rows(view, "FILTER", f.as_ref(), &rows)?),
-                None => None,
-            };
-            let valid = NullBuffer::union(arg.logical_nulls().as_ref(), only.as_ref());
-            let values = match a.kind {
-                AggKind::Count => None,
-                _ => Some(int_values(view, &a.input_type, &arg)?),
-            };
-            fed.push((valid, values));
-        }
+        // each argument typed as ingest types it, a FILTER's other rows null to it
+        let args = agg
+            .aggs
+            .iter()
+            .map(|a| {
+                let arg = a
+                    .arg
+                    .evaluate(&rows)
+                    .and_then(|c| c.into_array(n))
+                    .map_err(|e| Error::eval(view, e))?;
+                let only = match &a.filter {
+                    Some(f) => Some(true_rows(view, "FILTER", f.as_ref(), &rows)?),
+                    None => None,
+                };
+                self.arg(a, arg, only)
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok((0..n)
             .map(|i| {
-                let values = fed
+                let values = args
                     .iter()
-                    .map(|(valid, values)| match valid {
+                    .map(|arg| match arg.nulls() {
                         Some(v) if v.is_null(i) => None,
-                        _ => Some(values.as_ref().map_or(1, |v| v[i])),
+                        _ => arg.int_at(i),
                     })
                     .collect();
                 let c = Contribution {
                     key: keys.row(i).data().into(),
                     values,
                 };
-                (shown[from[i] as usize], c)
+                (shown[from[i] as usize].key(), c)
             })
             .collect())
     }
@@ -338,33 +328,4 @@ impl IncrementalView {
         }
         Ok(())
     }
-}
-
-/// An integer or decimal argument's values as `i128` (0 where NULL).
-fn int_values(view: &str, input_type: &DataType, arg: &ArrayRef) -> Result<Vec<i128>> {
-    let wrong = |what: &str| Error::internal(view, format!("an aggregate argument {what}"));
-    Ok(match input_type {
-        DataType::Decimal128(_, _) => arg
-            .as_any()
-            .downcast_ref::<Decimal128Array>()
-            .ok_or_else(|| wrong("of type Decimal128 is not a Decimal128 array"))?
-            .values()
-            .to_vec(),
-        DataType::UInt64 => arg
-            .as_any()
-            .downcast_ref::<UInt64Array>()
-            .ok_or_else(|| wrong("of type UInt64 is not a UInt64 array"))?
-            .values()
-            .iter()
-            .map(|&v| i128::from(v))
-            .collect(),
-        _ => cast(arg, &DataType::Int64)?
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .ok_or_else(|| wrong("did not cast to Int64"))?
-            .values()
-            .iter()
-            .map(|&v| i128::from(v))
-            .collect(),
-    })
 }

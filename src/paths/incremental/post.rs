@@ -43,7 +43,7 @@ pub(super) struct PostRun {
     /// The rest of the query over `table`, with Þund's arithmetic,
     /// optimized and physically planned once: each window only runs it.
     rest: Arc<dyn ExecutionPlan>,
-    pub(super) table: Arc<LiveTable>,
+    table: Arc<LiveTable>,
     /// A top-rows query: the table's columns from the candidates' keys.
     expand: Option<Vec<Option<usize>>>,
     /// Update mode: what each open window's result was at its last change
@@ -279,11 +279,7 @@ fn by_window<'a>(updates: impl Iterator<Item = &'a Update>) -> Vec<(Window, Vec<
 type OpenGroup<'a> = (&'a (Window, u64), &'a Vec<AggState>);
 
 /// Window `w`'s open groups of `keys` (borrowed), those it has.
-pub(super) fn open_of<'a>(
-    open: &'a super::OpenStates,
-    w: Window,
-    keys: &[u64],
-) -> Vec<OpenGroup<'a>> {
+fn open_of<'a>(open: &'a super::OpenStates, w: Window, keys: &[u64]) -> Vec<OpenGroup<'a>> {
     keys.iter()
         .filter_map(|k| open.get_key_value(&(w, *k)))
         .collect()
@@ -355,7 +351,7 @@ impl IncrementalView {
     }
 
     /// The groups of `groups` that show.
-    fn shown<G: GroupStates>(&self, groups: &[G]) -> Vec<G> {
+    pub(super) fn shown<G: GroupStates>(&self, groups: &[G]) -> Vec<G> {
         groups
             .iter()
             .copied()
@@ -363,13 +359,13 @@ impl IncrementalView {
             .collect()
     }
 
-    /// The table the rest reads, of `groups` (those shown).
+    /// The table the rest reads, of `shown` (groups that show).
     pub(super) fn groups_table<G: GroupStates>(
         &self,
         post: &PostRun,
-        groups: &[G],
+        shown: &[G],
     ) -> Result<RecordBatch> {
-        let agg = self.agg_rows(&self.shown(groups))?;
+        let agg = self.agg_rows(shown)?;
         Ok(RecordBatch::try_new(
             post.table.schema(),
             agg.columns().to_vec(),

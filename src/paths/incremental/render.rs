@@ -206,6 +206,26 @@ impl IncrementalView {
             Value::Int(i) => Some(*i as f64),
             Value::Null => None,
         };
+        let overflow = |u: &G, value: String| Error::Overflow {
+            view: self.view.clone(),
+            aggregate: a.name.clone(),
+            data_type: a.output_type.to_string(),
+            window_start: u.window().start,
+            window_end: u.window().end,
+            value,
+        };
+        // the integer values, exact, and an error for one outside `lo..=hi`
+        let within = |lo: i128, hi: i128| -> Result<Vec<Option<i128>>> {
+            let mut v: Vec<Option<i128>> = Vec::with_capacity(updates.len());
+            for u in updates {
+                let x = int(&st(u).value);
+                if let Some(i) = x.filter(|i| *i < lo || *i > hi) {
+                    return Err(overflow(u, i.to_string()));
+                }
+                v.push(x);
+            }
+            Ok(v)
+        };
         if matches!(a.per_value, Some(PerValue::Min | PerValue::Max)) {
             return self.value_column(updates, j);
         }
@@ -229,14 +249,7 @@ impl IncrementalView {
                         .map(|sum| {
                             sum.checked_mul(mul)
                                 .map(|m| m / x.count as i128)
-                                .ok_or_else(|| Error::Overflow {
-                                    view: self.view.clone(),
-                                    aggregate: a.name.clone(),
-                                    data_type: a.output_type.to_string(),
-                                    window_start: u.window().start,
-                                    window_end: u.window().end,
-                                    value: format!("{sum} × {mul}"),
-                                })
+                                .ok_or_else(|| overflow(u, format!("{sum} × {mul}")))
                         })
                         .transpose()
                 });
@@ -258,22 +271,8 @@ impl IncrementalView {
             }
             (_, DataType::Decimal128(p, s)) => {
                 // a sum past the type's precision is an error, as on the recompute path
-                let limit = 10u128.pow(u32::from(*p));
-                let mut v: Vec<Option<i128>> = Vec::with_capacity(updates.len());
-                for u in updates {
-                    let x = int(&st(u).value);
-                    if let Some(i) = x.filter(|i| i.unsigned_abs() >= limit) {
-                        return Err(Error::Overflow {
-                            view: self.view.clone(),
-                            aggregate: a.name.clone(),
-                            data_type: a.output_type.to_string(),
-                            window_start: u.window().start,
-                            window_end: u.window().end,
-                            value: i.to_string(),
-                        });
-                    }
-                    v.push(x);
-                }
+                let most = 10i128.pow(u32::from(*p)) - 1;
+                let v = within(-most, most)?;
                 Arc::new(Decimal128Array::from_iter(v).with_precision_and_scale(*p, *s)?)
             }
             (_, dt) if ordered_as_integer(dt) => {
@@ -295,21 +294,7 @@ impl IncrementalView {
                 // integers: exact, and an error instead of a wrap when the result type cannot hold it
                 let (lo, hi) = integer_range(dt)
                     .ok_or_else(|| Error::internal(&self.view, format!("{} to {dt}", a.name)))?;
-                let mut v: Vec<Option<i128>> = Vec::with_capacity(updates.len());
-                for u in updates {
-                    let x = int(&st(u).value);
-                    if let Some(i) = x.filter(|i| *i < lo || *i > hi) {
-                        return Err(Error::Overflow {
-                            view: self.view.clone(),
-                            aggregate: a.name.clone(),
-                            data_type: dt.to_string(),
-                            window_start: u.window().start,
-                            window_end: u.window().end,
-                            value: i.to_string(),
-                        });
-                    }
-                    v.push(x);
-                }
+                let v = within(lo, hi)?;
                 // every value fits `dt`, so these conversions and the cast are exact
                 let exact: ArrayRef = if dt == &DataType::UInt64 {
                     Arc::new(UInt64Array::from_iter(
