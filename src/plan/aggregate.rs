@@ -394,6 +394,9 @@ pub(crate) struct PostPlan {
     /// The rest depends only on the groups holding each window's extremum
     /// of this column of `table` (see `plan::extremal`).
     pub extremal: Option<super::extremal::Extremal>,
+    /// With `extremal`: the rest over the groups holding the extremum, as
+    /// projections and filters (see `plan::extremal::over_holders`).
+    pub at_extremum: Option<super::outer::PerRow>,
     /// The rest is an aggregate over the groups that Update mode keeps (see
     /// `plan::outer`).
     pub outer: Option<Box<super::outer::OuterPlan>>,

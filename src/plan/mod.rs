@@ -28,7 +28,7 @@ pub use aggregate::{AggFunc, AggregatePlan, AggregateSpec, OrderSpec};
 pub(crate) use extremal::Extremal;
 pub use join::JoinPlan;
 pub(crate) use join::{CompiledJoin, CompiledSide, SideStep};
-pub(crate) use outer::OuterPlan;
+pub(crate) use outer::{OuterPlan, PerRow};
 
 use crate::spec::{ExecMode, ViewSpec};
 use crate::window::TimeWindows;
@@ -425,9 +425,19 @@ fn over_one_input(
         }
         plan.post = Some(split.rest.display_indent().to_string());
         let (extremal, name) = extremal::extremal(&split.rest).unzip();
+        // over the groups holding the extremum, the rest without its condition,
+        // where that is projections and filters
+        let at_extremum = extremal
+            .and_then(|_| extremal::over_holders(&split.rest))
+            .filter(|r| same_types(r.schema().inner(), split.rest.schema().inner()))
+            .and_then(|r| outer::PerRow::compile(&r, ctx));
         plan.post_extremum = extremal.zip(name).map(|(e, name)| {
             let what = if e.max { "MAX" } else { "MIN" };
-            format!("only the groups holding the window's {what}({name}) are handed to it")
+            let how = match at_extremum {
+                Some(_) => ", and it runs over them as projections and filters, without DataFusion",
+                None => "",
+            };
+            format!("only the groups holding the window's {what}({name}) are handed to it{how}")
         });
         let outer = match extremal {
             None => outer::outer(&split.rest, source, windows, bound, ctx).map(Box::new),
@@ -444,6 +454,7 @@ fn over_one_input(
             expand: None,
             by_partition: None,
             extremal,
+            at_extremum,
             outer,
         });
         return Ok((plan, compiled));
@@ -452,6 +463,17 @@ fn over_one_input(
         Some(top) => top_rows(top, source, windows, bound, query_schema, ctx, reason),
         None => Err(reason),
     }
+}
+
+/// Whether two schemas have the same column types, in order.
+fn same_types(a: &arrow::datatypes::Schema, b: &arrow::datatypes::Schema) -> bool {
+    let types = |s: &arrow::datatypes::Schema| {
+        s.fields()
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect::<Vec<_>>()
+    };
+    types(a) == types(b)
 }
 
 /// The name a join's output goes by in the plan of the aggregate it feeds.
@@ -597,6 +619,7 @@ fn top_rows(
         expand: Some(top.columns),
         by_partition,
         extremal: None,
+        at_extremum: None,
         outer: None,
     });
     Ok((plan, compiled))

@@ -51,10 +51,12 @@ pub(crate) struct OuterPlan {
 /// Projections and filters over one table's rows, as physical expressions
 /// evaluated in turn: a few rows are evaluated without a DataFusion run,
 /// and each row out is known by the row in it came from.
+#[derive(Clone)]
 pub(crate) struct PerRow {
     steps: Vec<RowStep>,
 }
 
+#[derive(Clone)]
 enum RowStep {
     /// The table scan's columns.
     Select(Vec<usize>),
@@ -65,7 +67,7 @@ enum RowStep {
 impl PerRow {
     /// `plan` (made in `ctx`), optimized, if it is projections and filters
     /// over a scan.
-    fn compile(plan: &LogicalPlan, ctx: &SessionContext) -> Option<PerRow> {
+    pub(crate) fn compile(plan: &LogicalPlan, ctx: &SessionContext) -> Option<PerRow> {
         let plan = ctx.state().optimize(plan).ok()?;
         let phys =
             |e: &Expr, input: &LogicalPlan| ctx.create_physical_expr(e.clone(), input.schema());

@@ -73,6 +73,9 @@ const QUERIES: &[&str] = &[
      ON a.c >= b.m",
     "SELECT g, s FROM (SELECT g, SUM(v) AS s FROM t GROUP BY g) AS a \
      WHERE g <> 'b' AND s <= (SELECT MIN(s) FROM (SELECT g, SUM(v) AS s FROM t GROUP BY g) AS y)",
+    // … the maximum joined on the left, selected, beside another condition
+    "SELECT b.m, a.k, a.c * 2 AS c2 FROM (SELECT MAX(x.c) AS m FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) AS x) AS b \
+     JOIN (SELECT k, COUNT(*) AS c FROM t GROUP BY k) AS a ON a.c = b.m AND a.k % 2 = 0",
     "SELECT k, last FROM (SELECT k, MAX(ts) AS last FROM t GROUP BY k) AS a \
      WHERE last = (SELECT MAX(last) FROM (SELECT k, MAX(ts) AS last FROM t GROUP BY k) AS b)",
     // … the groups holding the greatest COUNT of a column (NULLs count

@@ -33,7 +33,7 @@ use crate::paths::changes::{changed_rows, take_rows, unmatched};
 use crate::paths::sql::live::LiveTable;
 use crate::paths::sql::{checked, SqlEvaluator};
 use crate::paths::{with_bounds, StepOutput};
-use crate::plan::{AggFunc, Extremal, PostPlan};
+use crate::plan::{AggFunc, Extremal, PerRow, PostPlan};
 use crate::spec::OutputMode;
 use crate::window::Window;
 
@@ -56,6 +56,9 @@ pub(super) struct PostRun {
     /// A rest that depends only on the groups holding the window's extremum
     /// of one column (see `plan::extremal`): only they are handed to it.
     extremal: Option<Extremal>,
+    /// With `extremal`: the rest over the groups holding the extremum as
+    /// projections and filters, run without DataFusion.
+    at_extremum: Option<PerRow>,
     /// Update mode, an extremum that is a `MAX` of a `COUNT`: each open
     /// window's groups that hold it, kept as groups change (see
     /// [`Holders`]); the view's open states are then those groups only.
@@ -210,6 +213,7 @@ impl PostRun {
             shown: BTreeMap::new(),
             parts,
             extremal: plan.extremal,
+            at_extremum: plan.at_extremum.clone(),
             holders: FxHashMap::default(),
             outer: match &plan.outer {
                 Some(o) => Some(OuterRun::new(view, o)?),
@@ -381,10 +385,12 @@ impl IncrementalView {
     ) -> Result<RecordBatch> {
         let shown = self.shown(groups);
         // only the groups holding the extremum, where the rest reads no others
+        // (the rest without its condition needs them found even among one)
         let keys = self.plan.group_keys;
+        let compiled = post.at_extremum.as_ref().filter(|_| post.expand.is_none());
         let shown = match post
             .extremal
-            .filter(|_| post.expand.is_none() && shown.len() > 1)
+            .filter(|_| post.expand.is_none() && (shown.len() > 1 || compiled.is_some()))
         {
             Some(e) if e.column >= keys => {
                 let j = e.column - keys;
@@ -402,7 +408,7 @@ impl IncrementalView {
         let cols = match &post.expand {
             None => match post
                 .extremal
-                .filter(|e| e.column < keys && agg.num_rows() > 1)
+                .filter(|e| e.column < keys && (agg.num_rows() > 1 || compiled.is_some()))
             {
                 Some(e) => {
                     let mask = extremal_mask(agg.column(e.column), e)?;
@@ -415,6 +421,14 @@ impl IncrementalView {
             Some(columns) => self.expand(&agg, columns, &post.table.schema(), false)?,
         };
         let rows = RecordBatch::try_new(post.table.schema(), cols)?;
+        if let Some(per_row) = compiled {
+            let (out, _) = per_row.run(rows).map_err(|e| Error::eval(&self.view, e))?;
+            return Ok(RecordBatch::try_new_with_options(
+                post.eval.out_schema.clone(),
+                out.columns().to_vec(),
+                &arrow::array::RecordBatchOptions::new().with_row_count(Some(out.num_rows())),
+            )?);
+        }
         post.eval.run_prepared(
             &post.rest,
             &[post.table.as_ref()],
