@@ -20,7 +20,9 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use thund_dataflows::{AggKind, AggState, Panes, Value};
 
-use super::keys::{packed, packed_columns, shard_of, unpacked, KeyDictionary, Keys, GLOBAL};
+use super::keys::{
+    packed, packed_columns, packed_mid, shard_of, unpacked, KeyDictionary, Keys, GLOBAL,
+};
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::paths::sql::checked::canonical_array;
@@ -78,6 +80,8 @@ pub(super) struct Groups {
     units: FxHashMap<Window, usize>,
     index: FxHashMap<(usize, u64), usize>,
     short_index: FxHashMap<(usize, u128), usize>,
+    /// The same for keys of 16 to 31 bytes, by [`packed_mid`] key.
+    mid_index: FxHashMap<(usize, (u128, u128)), usize>,
     /// The same for keys of at most 12 bytes in the first 2^24 units, whose
     /// unit fits in the packed key's unused bytes: 24-byte entries instead of
     /// 48, so twice as many stay in cache.
@@ -95,6 +99,7 @@ impl Groups {
         self.units.clear();
         self.index.clear();
         self.short_index.clear();
+        self.mid_index.clear();
         self.narrow_index.clear();
         self.extent.clear();
     }
@@ -372,10 +377,17 @@ fn assign_slots<'k>(
                     None => *g.short_index.entry((u, p)).or_insert_with(new_short),
                 }
             }
-            Some((None, bytes)) => {
-                let key = id(dict.intern(bytes, expires));
-                *g.index.entry((u, key)).or_insert_with(|| new_group(key))
-            }
+            // a key of 16 to 31 bytes likewise, by its two integers
+            Some((None, bytes)) => match packed_mid(bytes) {
+                Some(m) => *g
+                    .mid_index
+                    .entry((u, m))
+                    .or_insert_with(|| new_group(id(dict.intern(bytes, expires)))),
+                None => {
+                    let key = id(dict.intern(bytes, expires));
+                    *g.index.entry((u, key)).or_insert_with(|| new_group(key))
+                }
+            },
             None => *g
                 .index
                 .entry((u, GLOBAL))

@@ -53,6 +53,16 @@ pub(super) fn packed(key: &[u8]) -> Option<u128> {
     Some(u128::from(lo) | u128::from(hi) << 64 | (n as u128) << 120)
 }
 
+/// A key of 16 to 31 bytes as two integers: its first 16 bytes, and the
+/// rest [`packed`] (with its length), so keys of one or two numbers and a
+/// short string (a group key beside the value of a `COUNT(DISTINCT …)`)
+/// hash and compare as integers too.
+#[inline]
+pub(super) fn packed_mid(key: &[u8]) -> Option<(u128, u128)> {
+    let head = <[u8; 16]>::try_from(key.get(..16)?).ok()?;
+    Some((u128::from_le_bytes(head), packed(&key[16..])?))
+}
+
 /// The bytes of a [`packed`] key (the first `len` of the array).
 #[inline]
 pub(super) fn unpacked(p: u128) -> ([u8; 16], usize) {
@@ -171,6 +181,8 @@ pub(super) fn packed_columns(cols: &[arrow::array::ArrayRef]) -> Option<Vec<u128
 pub(super) struct KeyDictionary {
     /// Ids of keys of at most 15 bytes, by [`packed`] key.
     short: FxHashMap<u128, u64>,
+    /// Ids of keys of 16 to 31 bytes, by [`packed_mid`] key.
+    mid: FxHashMap<(u128, u128), u64>,
     /// Ids of longer keys.
     ids: FxHashMap<Box<[u8]>, u64>,
     /// By id: the key's bytes (shared with [`KeySnapshot`]s) and the latest
@@ -186,9 +198,11 @@ impl KeyDictionary {
     /// The id of `key`, seen in a window ending at `end`.
     pub(super) fn intern(&mut self, key: &[u8], end: EventTime) -> u64 {
         let short = packed(key);
-        let found = match short {
-            Some(p) => self.short.get(&p),
-            None => self.ids.get(key),
+        let mid = short.is_none().then(|| packed_mid(key)).flatten();
+        let found = match (short, mid) {
+            (Some(p), _) => self.short.get(&p),
+            (None, Some(m)) => self.mid.get(&m),
+            (None, None) => self.ids.get(key),
         };
         let id = match found {
             Some(&id) => id,
@@ -201,9 +215,10 @@ impl KeyDictionary {
                     }
                 };
                 self.entries[id as usize] = Some((key.into(), EventTime::MIN));
-                match short {
-                    Some(p) => self.short.insert(p, id),
-                    None => self.ids.insert(key.into(), id),
+                match (short, mid) {
+                    (Some(p), _) => self.short.insert(p, id),
+                    (None, Some(m)) => self.mid.insert(m, id),
+                    (None, None) => self.ids.insert(key.into(), id),
                 };
                 id
             }
@@ -240,9 +255,10 @@ impl KeyDictionary {
             let slot = &mut self.entries[id as usize];
             if slot.as_ref().is_some_and(|(_, latest)| *latest == end) {
                 if let Some((bytes, _)) = slot.take() {
-                    match packed(&bytes) {
-                        Some(p) => self.short.remove(&p),
-                        None => self.ids.remove(&*bytes),
+                    match (packed(&bytes), packed_mid(&bytes)) {
+                        (Some(p), _) => self.short.remove(&p),
+                        (None, Some(m)) => self.mid.remove(&m),
+                        (None, None) => self.ids.remove(&*bytes),
                     };
                     self.free.push(id);
                 }
@@ -253,7 +269,7 @@ impl KeyDictionary {
     /// Keys held.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.short.len() + self.ids.len()
+        self.short.len() + self.mid.len() + self.ids.len()
     }
 }
 
@@ -507,6 +523,34 @@ mod tests {
         }
     }
 
+    /// Keys of 16 to 31 bytes pack to distinct pairs, others not at all.
+    #[test]
+    fn packed_mid_tells_keys_of_16_to_31_bytes_apart() {
+        let bytes: Vec<u8> = (0u8..40).map(|i| i.wrapping_mul(61) ^ 0x3c).collect();
+        let mut seen = std::collections::HashMap::new();
+        for n in 0..=40 {
+            for at in 0..=(40 - n).min(3) {
+                let key = &bytes[at..at + n];
+                match packed_mid(key) {
+                    Some(m) => {
+                        assert!((16..=31).contains(&n), "{n}");
+                        if let Some(other) = seen.insert(m, key.to_vec()) {
+                            assert_eq!(other, key, "two keys, one pair");
+                        }
+                    }
+                    None => assert!(!(16..=31).contains(&n), "{n}"),
+                }
+                // a key of zeros and one of its length with a trailing zero differ
+                let zeros = vec![0u8; n];
+                if (16..=30).contains(&n) {
+                    let mut longer = zeros.clone();
+                    longer.push(0);
+                    assert_ne!(packed_mid(&zeros), packed_mid(&longer));
+                }
+            }
+        }
+    }
+
     #[test]
     fn unpacked_gives_the_bytes_back() {
         let bytes: Vec<u8> = (0u8..16).map(|i| i.wrapping_mul(97) ^ 0xa5).collect();
@@ -632,7 +676,8 @@ mod tests {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             // short keys and long ones (16 bytes and more do not pack), some sharing a prefix
-            let key = vec![(x >> 60) as u8; [1, 11, 15, 16, 21][((x >> 30) % 5) as usize]];
+            let key =
+                vec![(x >> 60) as u8; [1, 11, 15, 16, 21, 31, 32, 40][((x >> 30) % 8) as usize]];
             let end = w + 1 + ((x >> 40) % 50) as EventTime;
             let id = d.intern(&key, end);
             assert_eq!(d.bytes(id), key.as_slice());
