@@ -3,8 +3,6 @@
 //! whose projected row did not change emits nothing, whatever its
 //! accumulators did.
 
-use std::collections::HashMap;
-
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take;
 use arrow::row::{RowConverter, Rows, SortField};
@@ -77,7 +75,7 @@ type OldAndNew<'a> = (Vec<&'a [u8]>, Vec<(usize, &'a [u8])>);
 /// emit their new rows less their old ones.
 #[derive(Default)]
 pub(crate) struct Shown {
-    rows: HashMap<Window, FxHashMap<u64, Box<[u8]>>>,
+    rows: FxHashMap<Window, FxHashMap<u64, Box<[u8]>>>,
     conv: Option<RowConverter>,
     /// A changed group's row always differs from every row its window
     /// showed ([`crate::plan::CompiledAggregate::rows_always_change`]):

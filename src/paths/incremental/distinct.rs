@@ -279,26 +279,30 @@ type Merged = (Update, u64);
 
 impl IncrementalView {
     /// The group keys of each update's entry (the dataflow key without its
-    /// last column, the value kept per value) in a row format of their own;
-    /// `None` when the view has no group keys (every entry is the one group's).
-    fn group_rows(&self, updates: &[&Update]) -> Result<Option<Rows>> {
+    /// last column, the value kept per value): empty when the view has no
+    /// group keys (every entry is the one group's); where each group key
+    /// column has a fixed width in the row format, the head of the entry's
+    /// own key bytes (each column's encoding follows the one before it);
+    /// else decoded and encoded in a row format of their own.
+    fn group_keys(&self, updates: &[&Update]) -> Result<GroupKeys<'_>> {
         let n = self.plan.group_keys;
-        let Some(conv) = &self.converter else {
-            return Ok(None);
+        let Some(conv) = self.converter.as_ref().filter(|_| n > 0) else {
+            return Ok(GroupKeys::Prefix(0, &self.keys));
         };
-        if n == 0 {
-            return Ok(None);
+        let fields = &self.plan.key_fields[..n];
+        if let Some(width) = fields.iter().map(|f| fixed_width(f.data_type())).sum() {
+            return Ok(GroupKeys::Prefix(width, &self.keys));
         }
         let parser = conv.parser();
         let cols =
             conv.convert_rows(updates.iter().map(|u| parser.parse(self.keys.bytes(u.key))))?;
         let group_conv = RowConverter::new(
-            self.plan.key_fields[..n]
+            fields
                 .iter()
                 .map(|f| SortField::new(f.data_type().clone()))
                 .collect(),
         )?;
-        Ok(Some(group_conv.convert_columns(&cols[..n])?))
+        Ok(GroupKeys::Rows(group_conv.convert_columns(&cols[..n])?))
     }
 
     /// Closed entries merged into one update per group, in the order of
@@ -329,24 +333,35 @@ impl IncrementalView {
 
     /// [`Self::merge_closed`] from the entries alone.
     fn merge_closed_entries(&self, closed: &[&Update]) -> Result<Vec<Update>> {
-        let rows = self.group_rows(closed)?;
-        let bytes = |i: usize| rows.as_ref().map_or(&[][..], |r| r.row(i).data());
-        let mut groups: BTreeMap<(Window, &[u8]), Vec<&Update>> = BTreeMap::new();
-        for (i, u) in closed.iter().enumerate() {
-            groups.entry((u.window, bytes(i))).or_default().push(u);
+        let groups = self.group_keys(closed)?;
+        // by window and group keys; a group's entries in the order they came
+        let mut order: Vec<(Window, &[u8], &Update)> = closed
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (u.window, groups.of(i, u), *u))
+            .collect();
+        match groups.width().filter(|&n| n <= 16) {
+            // keys of one width read as big-endian integers order as their
+            // bytes do; the index keeps a group's entries in order
+            Some(_) => order.sort_by_cached_key(|&(w, b, _)| {
+                let mut head = [0u8; 16];
+                head[..b.len()].copy_from_slice(b);
+                (w, u128::from_be_bytes(head))
+            }),
+            None => order.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1))),
         }
-        groups
-            .into_values()
+        order
+            .chunk_by(|a, b| (a.0, a.1) == (b.0, b.1))
             .map(|entries| {
                 let aggs = merge(
                     &self.view,
                     &self.plan.aggs,
-                    entries.iter().map(|u| (u.key, &u.aggs[..])),
+                    entries.iter().map(|(_, _, u)| (u.key, &u.aggs[..])),
                     &self.keys,
                 )?;
                 Ok(Update {
-                    window: entries[0].window,
-                    key: entries[0].key,
+                    window: entries[0].0,
+                    key: entries[0].2.key,
                     aggs,
                 })
             })
@@ -357,10 +372,11 @@ impl IncrementalView {
     /// each changed group's merge, with its id. Only the entries not held
     /// yet have their group keys decoded.
     pub(super) fn merge_changed(&mut self, changed: &[&Update]) -> Result<Vec<Merged>> {
-        let store = self
-            .distinct
-            .get_or_insert_with(|| DistinctGroups::new(&self.plan.aggs));
-        // each entry not held: its row in `rows`
+        let mut store = match self.distinct.take() {
+            Some(store) => store,
+            None => DistinctGroups::new(&self.plan.aggs),
+        };
+        // each entry not held: its index in `unseen`
         let mut row_of = vec![u32::MAX; changed.len()];
         let mut unseen: Vec<&Update> = Vec::new();
         for (i, u) in changed.iter().enumerate() {
@@ -369,16 +385,24 @@ impl IncrementalView {
                 unseen.push(u);
             }
         }
-        let rows = self.group_rows(&unseen)?;
-        let store = self
-            .distinct
-            .get_or_insert_with(|| DistinctGroups::new(&self.plan.aggs));
+        let result = self.merge_into(&mut store, changed, &row_of, &unseen);
+        self.distinct = Some(store);
+        result
+    }
+
+    /// [`Self::merge_changed`] into `store`, with the entries it does not
+    /// hold yet (`unseen`; `row_of` gives each changed one's index there).
+    fn merge_into(
+        &self,
+        store: &mut DistinctGroups,
+        changed: &[&Update],
+        row_of: &[u32],
+        unseen: &[&Update],
+    ) -> Result<Vec<Merged>> {
+        let groups = self.group_keys(unseen)?;
         let mut touched: Vec<(Window, u32)> = Vec::with_capacity(changed.len());
-        for (u, &row) in changed.iter().zip(&row_of) {
-            let bytes = || {
-                rows.as_ref()
-                    .map_or(&[][..], |r| r.row(row as usize).data())
-            };
+        for (u, &row) in changed.iter().zip(row_of) {
+            let bytes = || groups.of(row as usize, u);
             let g = store
                 .upsert(u, bytes, &self.plan.aggs, &self.keys)
                 .map_err(|e| Error::dataflow(&self.view, e))?;
@@ -386,7 +410,6 @@ impl IncrementalView {
         }
         touched.sort_unstable();
         touched.dedup();
-        let store = &*store;
         Ok(touched
             .into_iter()
             .filter_map(|(window, g)| store.group(&window, g).map(|g| (window, g)))
@@ -417,6 +440,47 @@ impl IncrementalView {
         let entries: Vec<Update> = super::updates_of(open);
         let refs: Vec<&Update> = entries.iter().collect();
         self.merge_changed(&refs)
+    }
+}
+
+/// The group keys of entries (see `IncrementalView::group_keys`).
+enum GroupKeys<'a> {
+    /// The first bytes of each entry's key.
+    Prefix(usize, &'a super::keys::Keys),
+    /// Each entry's, by its index.
+    Rows(Rows),
+}
+
+impl GroupKeys<'_> {
+    /// The width of every entry's group keys, where it is one.
+    fn width(&self) -> Option<usize> {
+        match self {
+            GroupKeys::Prefix(n, _) => Some(*n),
+            GroupKeys::Rows(_) => None,
+        }
+    }
+
+    /// The group keys of entry `u`, the `i`th.
+    fn of(&self, i: usize, u: &Update) -> &[u8] {
+        match self {
+            GroupKeys::Prefix(n, keys) => keys.bytes(u.key).get(..*n).unwrap_or(&[]),
+            GroupKeys::Rows(rows) => rows.row(i).data(),
+        }
+    }
+}
+
+/// The width of a column of type `t` in the row format, where it is fixed
+/// (a validity byte and the value's bytes): integers, dates, timestamps
+/// and decimals.
+fn fixed_width(t: &arrow::datatypes::DataType) -> Option<usize> {
+    use arrow::datatypes::DataType as D;
+    match t {
+        D::Int8 | D::UInt8 => Some(2),
+        D::Int16 | D::UInt16 => Some(3),
+        D::Int32 | D::UInt32 | D::Date32 => Some(5),
+        D::Int64 | D::UInt64 | D::Date64 | D::Timestamp(_, _) => Some(9),
+        D::Decimal128(_, _) => Some(17),
+        _ => None,
     }
 }
 
@@ -502,4 +566,71 @@ fn joins(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{
+        ArrayRef, Date32Array, Date64Array, Decimal128Array, Int16Array, Int32Array, Int64Array,
+        Int8Array, StringArray, TimestampMillisecondArray, UInt16Array, UInt32Array, UInt64Array,
+        UInt8Array,
+    };
+    use std::sync::Arc;
+
+    /// For every type `fixed_width` names, the row format encodes each value
+    /// (NULL or not) in that many bytes, so the group keys' encoding is the
+    /// head of an entry's whatever follows (here a string value).
+    #[test]
+    fn fixed_width_columns_are_the_head_of_an_entrys_key() {
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(Int8Array::from(vec![Some(i8::MIN), None, Some(i8::MAX)])),
+            Arc::new(Int16Array::from(vec![Some(i16::MIN), None, Some(-1)])),
+            Arc::new(Int32Array::from(vec![Some(0), None, Some(i32::MAX)])),
+            Arc::new(Int64Array::from(vec![Some(i64::MIN), None, Some(i64::MAX)])),
+            Arc::new(UInt8Array::from(vec![Some(0), None, Some(u8::MAX)])),
+            Arc::new(UInt16Array::from(vec![Some(7), None, Some(u16::MAX)])),
+            Arc::new(UInt32Array::from(vec![Some(7), None, Some(u32::MAX)])),
+            Arc::new(UInt64Array::from(vec![Some(7), None, Some(u64::MAX)])),
+            Arc::new(Date32Array::from(vec![Some(-3), None, Some(19_000)])),
+            Arc::new(Date64Array::from(vec![Some(-3), None, Some(1 << 40)])),
+            Arc::new(TimestampMillisecondArray::from(vec![
+                Some(-1),
+                None,
+                Some(5),
+            ])),
+            Arc::new(
+                Decimal128Array::from(vec![Some(-12345), None, Some(i128::MAX / 7)])
+                    .with_precision_and_scale(38, 2)
+                    .expect("decimal"),
+            ),
+        ];
+        let value: ArrayRef =
+            Arc::new(StringArray::from(vec![Some("a"), None, Some("long value")]));
+        let conv = |cols: &[ArrayRef]| {
+            RowConverter::new(
+                cols.iter()
+                    .map(|c| SortField::new(c.data_type().clone()))
+                    .collect(),
+            )
+            .expect("converter")
+            .convert_columns(cols)
+            .expect("rows")
+        };
+        for a in &cols {
+            for b in &cols {
+                let width = fixed_width(a.data_type())
+                    .zip(fixed_width(b.data_type()))
+                    .map(|(x, y)| x + y)
+                    .expect("fixed");
+                let group = conv(&[a.clone(), b.clone()]);
+                let entry = conv(&[a.clone(), b.clone(), value.clone()]);
+                for i in 0..3 {
+                    assert_eq!(group.row(i).data().len(), width, "{a:?} {b:?}");
+                    assert_eq!(&entry.row(i).data()[..width], group.row(i).data());
+                }
+            }
+        }
+        assert_eq!(fixed_width(value.data_type()), None);
+    }
 }
