@@ -267,11 +267,7 @@ impl IncrementalView {
             .above
             .run(rows)
             .map_err(|e| Error::eval(&self.view, e))?;
-        Ok(RecordBatch::try_new_with_options(
-            post.eval.out_schema.clone(),
-            rows.columns().to_vec(),
-            &RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
-        )?)
+        post.eval.as_output(&rows)
     }
 
     /// Fold contribution `c` into its outer group of window `w`'s `groups` with

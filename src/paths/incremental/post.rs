@@ -423,11 +423,7 @@ impl IncrementalView {
         let rows = RecordBatch::try_new(post.table.schema(), cols)?;
         if let Some(per_row) = compiled {
             let (out, _) = per_row.run(rows).map_err(|e| Error::eval(&self.view, e))?;
-            return Ok(RecordBatch::try_new_with_options(
-                post.eval.out_schema.clone(),
-                out.columns().to_vec(),
-                &arrow::array::RecordBatchOptions::new().with_row_count(Some(out.num_rows())),
-            )?);
+            return post.eval.as_output(&out);
         }
         post.eval.run_prepared(
             &post.rest,

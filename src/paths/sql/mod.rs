@@ -190,6 +190,16 @@ impl SqlEvaluator {
 
     /// A run's batches as one batch of the query's schema, or its error
     /// (an overflow names the window).
+    /// `rows` (a result computed without DataFusion) as the view's output
+    /// schema names them.
+    pub fn as_output(&self, rows: &RecordBatch) -> Result<RecordBatch> {
+        Ok(RecordBatch::try_new_with_options(
+            self.out_schema.clone(),
+            rows.columns().to_vec(),
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.num_rows())),
+        )?)
+    }
+
     fn collected(
         &self,
         batches: datafusion::error::Result<Vec<RecordBatch>>,
