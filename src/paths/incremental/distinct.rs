@@ -44,6 +44,8 @@ struct Group {
     id: u64,
     key: u64,
     merged: Vec<AggState>,
+    /// The last [`DistinctGroups::round`] that changed it.
+    round: u64,
 }
 
 /// One open window's groups and entries. An entry is found by its key id
@@ -116,6 +118,17 @@ pub(super) struct DistinctGroups {
     next_id: u64,
     /// Entries held, over all groups.
     entries: usize,
+    /// Counts the merges of changed entries (a group changed by this one
+    /// has it as its `round`).
+    round: u64,
+}
+
+/// Where a changed entry is: held at `(group, slot)` of its window, or not
+/// yet (the index of its group keys among the entries not held).
+#[derive(Clone, Copy)]
+enum Found {
+    Held(u32, u32),
+    Unseen(u32),
 }
 
 impl DistinctGroups {
@@ -125,30 +138,37 @@ impl DistinctGroups {
             by_window: BTreeMap::new(),
             next_id: 0,
             entries: 0,
+            round: 0,
         }
     }
 
-    /// Whether entry `key` of `window` is held.
-    fn holds(&self, window: &Window, key: u64) -> bool {
+    /// Where entry `key` of `window` is held, if it is.
+    fn find(&self, window: &Window, key: u64) -> Option<(u32, u32)> {
         self.by_window
             .get(window)
-            .is_some_and(|w| w.entries.contains_key(&key))
+            .and_then(|w| w.entries.get(&key).copied())
     }
 
-    /// Records an entry's new states and folds the change into its group's
-    /// merge; `group` gives its group key bytes, read only for an entry not
-    /// held yet. Returns the group's index in its window.
+    /// Records an entry's new states in its window's groups `w` and folds
+    /// the change into its group's merge; `held` is where [`Self::find`]
+    /// found it, and `group` gives its group key bytes, read only for an
+    /// entry not held yet. Returns the group's index in its window and
+    /// whether this round changed it before.
+    #[allow(clippy::too_many_arguments)]
     fn upsert<'g>(
-        &mut self,
+        layout: &Layout,
+        w: &mut WindowGroups,
+        counters: (&mut u64, &mut usize, u64),
         u: &Update,
+        held: Option<(u32, u32)>,
         group: impl FnOnce() -> &'g [u8],
         aggs: &[CompiledAgg],
         keys: &impl KeyBytes,
-    ) -> std::result::Result<u32, thund_dataflows::Error> {
+    ) -> std::result::Result<(u32, bool), thund_dataflows::Error> {
+        let (next_id, entries, round) = counters;
         let m = aggs.len();
-        let w = self.by_window.entry(u.window).or_default();
-        let (g, slot, new_entry) = match w.entries.get(&u.key) {
-            Some(&(g, slot)) => (g as usize, slot as usize, false),
+        let (g, slot, new_entry) = match held {
+            Some((g, slot)) => (g as usize, slot as usize, false),
             None => {
                 let bytes = group();
                 // no group keys: the one group, without a lookup of empty
@@ -160,11 +180,12 @@ impl DistinctGroups {
                 let g = match found {
                     Some(g) => g,
                     None => {
-                        self.next_id += 1;
+                        *next_id += 1;
                         w.groups.push(Group {
-                            id: self.next_id,
+                            id: *next_id,
                             key: u.key,
                             merged: vec![AggState::EMPTY; m],
+                            round: 0,
                         });
                         let g = (w.groups.len() - 1) as u32;
                         if !bytes.is_empty() {
@@ -174,19 +195,21 @@ impl DistinctGroups {
                     }
                 };
                 let slot = w.entries.len();
-                let l = &self.layout;
+                let l = layout;
                 w.counts.resize((slot + 1) * l.counts, 0);
                 w.states.resize((slot + 1) * l.states, AggState::EMPTY);
                 w.seen.resize((slot + 1) * l.seen, 0);
                 w.entries.insert(u.key, (g, slot as u32));
-                self.entries += 1;
+                *entries += 1;
                 (g as usize, slot, true)
             }
         };
-        let l = &self.layout;
+        let l = layout;
         let counts = &mut w.counts[slot * l.counts..(slot + 1) * l.counts];
         let states = &mut w.states[slot * l.states..(slot + 1) * l.states];
         let seen = &mut w.seen[slot * l.seen..(slot + 1) * l.seen];
+        let again = w.groups[g].round == round;
+        w.groups[g].round = round;
         let merged = &mut w.groups[g].merged;
         for (((a, new), m), kept) in aggs.iter().zip(&u.aggs).zip(merged).zip(&l.kept) {
             match (*kept, a.per_value) {
@@ -217,7 +240,7 @@ impl DistinctGroups {
                 }
             }
         }
-        Ok(g as u32)
+        Ok((g as u32, again))
     }
 
     /// A window closed: its groups go.
@@ -376,40 +399,70 @@ impl IncrementalView {
             Some(store) => store,
             None => DistinctGroups::new(&self.plan.aggs),
         };
-        // each entry not held: its index in `unseen`
-        let mut row_of = vec![u32::MAX; changed.len()];
+        // each entry held, or its index in `unseen`
         let mut unseen: Vec<&Update> = Vec::new();
-        for (i, u) in changed.iter().enumerate() {
-            if !store.holds(&u.window, u.key) {
-                row_of[i] = unseen.len() as u32;
-                unseen.push(u);
-            }
-        }
-        let result = self.merge_into(&mut store, changed, &row_of, &unseen);
+        let found: Vec<Found> = changed
+            .iter()
+            .map(|u| match store.find(&u.window, u.key) {
+                Some((g, slot)) => Found::Held(g, slot),
+                None => {
+                    unseen.push(u);
+                    Found::Unseen(unseen.len() as u32 - 1)
+                }
+            })
+            .collect();
+        let result = self.merge_into(&mut store, changed, &found, &unseen);
         self.distinct = Some(store);
         result
     }
 
-    /// [`Self::merge_changed`] into `store`, with the entries it does not
-    /// hold yet (`unseen`; `row_of` gives each changed one's index there).
+    /// [`Self::merge_changed`] into `store`, with where each changed entry
+    /// is (`found`) and the entries it does not hold yet (`unseen`).
     fn merge_into(
         &self,
         store: &mut DistinctGroups,
         changed: &[&Update],
-        row_of: &[u32],
+        found: &[Found],
         unseen: &[&Update],
     ) -> Result<Vec<Merged>> {
         let groups = self.group_keys(unseen)?;
-        let mut touched: Vec<(Window, u32)> = Vec::with_capacity(changed.len());
-        for (u, &row) in changed.iter().zip(row_of) {
-            let bytes = || groups.of(row as usize, u);
-            let g = store
-                .upsert(u, bytes, &self.plan.aggs, &self.keys)
+        store.round += 1;
+        let round = store.round;
+        let mut touched: Vec<(Window, u32)> = Vec::new();
+        let mut at = 0;
+        // entries come in runs of one window: its groups looked up once a run
+        while at < changed.len() {
+            let window = changed[at].window;
+            let run = changed[at..]
+                .iter()
+                .take_while(|u| u.window == window)
+                .count();
+            let w = store.by_window.entry(window).or_default();
+            for (u, f) in changed[at..at + run].iter().zip(&found[at..at + run]) {
+                let (held, row) = match *f {
+                    Found::Held(g, slot) => (Some((g, slot)), 0),
+                    Found::Unseen(row) => (None, row as usize),
+                };
+                let counters = (&mut store.next_id, &mut store.entries, round);
+                let (g, again) = DistinctGroups::upsert(
+                    &store.layout,
+                    w,
+                    counters,
+                    u,
+                    held,
+                    || groups.of(row, u),
+                    &self.plan.aggs,
+                    &self.keys,
+                )
                 .map_err(|e| Error::dataflow(&self.view, e))?;
-            touched.push((u.window, g));
+                if !again {
+                    touched.push((window, g));
+                }
+            }
+            at += run;
         }
+        // in the order of windows, then groups
         touched.sort_unstable();
-        touched.dedup();
         Ok(touched
             .into_iter()
             .filter_map(|(window, g)| store.group(&window, g).map(|g| (window, g)))
