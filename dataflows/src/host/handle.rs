@@ -677,27 +677,46 @@ fn with_owed(
 
 /// `updates` in `(window, key)` order, one per `(window, key)` (of equal ones,
 /// the last). The windows of a step are few: each update is ordered by its
-/// window's rank among them and its key, one pair of integers, and the
-/// updates (48 bytes each) are moved once, not at every step of a sort.
+/// window's rank among them, its key and its index, and the updates (48 bytes
+/// each) are moved once, not at every step of a sort. Where the three fit in
+/// 64 bits (key ids are dense: they do unless a step holds very many windows
+/// or keys), one integer per update is sorted; else a pair.
 fn sorted_latest(updates: Vec<Update>) -> Vec<Update> {
     let mut windows: Vec<Window> = updates.iter().map(|u| u.window).collect();
     windows.dedup();
     windows.sort_unstable();
     windows.dedup();
-    let mut order: Vec<(u128, u32)> = updates
-        .iter()
-        .enumerate()
-        .map(|(i, u)| {
-            let rank = windows.binary_search(&u.window).unwrap_or_else(|r| r);
-            ((rank as u128) << 64 | u128::from(u.key), i as u32)
-        })
-        .collect();
-    order.sort_unstable();
+    let rank = |u: &Update| windows.binary_search(&u.window).unwrap_or_else(|r| r) as u64;
+    let bits = |n: u64| u64::BITS - n.leading_zeros();
+    let (rank_bits, index_bits) = (bits(windows.len() as u64), bits(updates.len() as u64));
+    let key_bits = bits(updates.iter().map(|u| u.key).max().unwrap_or(0));
+    // each update's (rank, key) and index, in sorted order
+    let order: Vec<(u128, usize)> = if rank_bits + key_bits + index_bits <= u64::BITS {
+        let mut packed: Vec<u64> = updates
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (rank(u) << key_bits | u.key) << index_bits | i as u64)
+            .collect();
+        packed.sort_unstable();
+        let index_mask = (1u64 << index_bits) - 1;
+        packed
+            .into_iter()
+            .map(|p| (u128::from(p >> index_bits), (p & index_mask) as usize))
+            .collect()
+    } else {
+        let mut wide: Vec<(u128, u32)> = updates
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (u128::from(rank(u)) << 64 | u128::from(u.key), i as u32))
+            .collect();
+        wide.sort_unstable();
+        wide.into_iter().map(|(k, i)| (k, i as usize)).collect()
+    };
     let mut slots: Vec<Option<Update>> = updates.into_iter().map(Some).collect();
     let mut out: Vec<Update> = Vec::with_capacity(order.len());
     let mut last = None;
     for (k, i) in order {
-        let Some(u) = slots[i as usize].take() else {
+        let Some(u) = slots[i].take() else {
             continue;
         };
         match (last == Some(k), out.last_mut()) {
@@ -774,16 +793,19 @@ mod tests {
 
     proptest::proptest! {
         /// The sort of a step's changes equals the map it replaced: ordered by
-        /// `(window, key)`, one per `(window, key)`, the last one kept.
+        /// `(window, key)`, one per `(window, key)`, the last one kept; with
+        /// small key ids (one packed integer sorted) and with ids near
+        /// `u64::MAX` (pairs sorted).
         #[test]
         fn sorted_latest_is_the_map_of_the_updates(
-            raw in proptest::collection::vec((0i64..4, 0i64..3, 0u64..6, -5i64..5), 0..60)
+            raw in proptest::collection::vec((0i64..4, 0i64..3, 0u64..6, -5i64..5), 0..60),
+            high in proptest::prelude::any::<bool>(),
         ) {
             let updates: Vec<Update> = raw
                 .iter()
                 .map(|&(start, len, key, n)| Update {
                     window: Window { start: start * 10, end: start * 10 + 5 + len },
-                    key: key << 40 | key,
+                    key: if high { u64::MAX - key } else { key << 20 | key },
                     aggs: vec![AggState { count: n, value: Value::Int(n.into()) }],
                 })
                 .collect();
