@@ -405,8 +405,9 @@ impl WindowedAggregate {
         } else {
             Some(self.next_time()?)
         };
-        let (mut closed, changed, changed_panes) = self.step(target)?;
-        closed.sort_unstable();
+        let (closed, changed, changed_panes) = self.step(target)?;
+        // each (window, key) closes once: the sort alone
+        let closed = sorted_latest(closed);
         if !self.owed.is_empty() {
             for u in &closed {
                 self.owed.remove(&(u.window, u.key));
