@@ -6,8 +6,7 @@
 //! keys of open windows. It is not checkpointed: state files carry the keys
 //! themselves and a restore interns them again.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -189,9 +188,11 @@ pub(super) struct KeyDictionary {
     /// end of a window it was seen in (`None`: a free id).
     entries: Vec<Option<(Arc<[u8]>, EventTime)>>,
     free: Vec<u64>,
-    /// `(end, id)` for each time an id's latest end grew: popped when W
-    /// passes `end`, the id is free if its latest end is still `end`.
-    expiry: BinaryHeap<Reverse<(EventTime, u64)>>,
+    /// By end, the ids whose latest end grew to it: taken when W passes
+    /// `end`, an id is free if its latest end is still `end`. The ends are
+    /// few (the open windows'), so a bucket per end, not a heap of every
+    /// `(end, id)`.
+    expiry: BTreeMap<EventTime, Vec<u64>>,
 }
 
 impl KeyDictionary {
@@ -226,7 +227,7 @@ impl KeyDictionary {
         if let Some((_, latest)) = self.entries[id as usize].as_mut() {
             if end > *latest {
                 *latest = end;
-                self.expiry.push(Reverse((end, id)));
+                self.expiry.entry(end).or_default().push(id);
             }
         }
         id
@@ -247,20 +248,24 @@ impl KeyDictionary {
     /// Frees the ids whose every window ends at or before `w` (they have
     /// all closed). Call after the results of the step to `w` are rendered.
     pub(super) fn reclaim(&mut self, w: EventTime) {
-        while let Some(&Reverse((end, id))) = self.expiry.peek() {
-            if end > w {
+        while let Some(bucket) = self.expiry.first_entry() {
+            if *bucket.key() > w {
                 break;
             }
-            self.expiry.pop();
-            let slot = &mut self.entries[id as usize];
-            if slot.as_ref().is_some_and(|(_, latest)| *latest == end) {
-                if let Some((bytes, _)) = slot.take() {
-                    match (packed(&bytes), packed_mid(&bytes)) {
-                        (Some(p), _) => self.short.remove(&p),
-                        (None, Some(m)) => self.mid.remove(&m),
-                        (None, None) => self.ids.remove(&*bytes),
-                    };
-                    self.free.push(id);
+            let (end, mut ids) = bucket.remove_entry();
+            // freed in the order of ids, as a heap of (end, id) popped them
+            ids.sort_unstable();
+            for id in ids {
+                let slot = &mut self.entries[id as usize];
+                if slot.as_ref().is_some_and(|(_, latest)| *latest == end) {
+                    if let Some((bytes, _)) = slot.take() {
+                        match (packed(&bytes), packed_mid(&bytes)) {
+                            (Some(p), _) => self.short.remove(&p),
+                            (None, Some(m)) => self.mid.remove(&m),
+                            (None, None) => self.ids.remove(&*bytes),
+                        };
+                        self.free.push(id);
+                    }
                 }
             }
         }
