@@ -176,6 +176,41 @@ pub(super) fn packed_columns(cols: &[arrow::array::ArrayRef]) -> Option<Vec<u128
     Some(out)
 }
 
+/// The longest key kept inline in a [`KeyBuf`]: every key [`packed`] or
+/// [`packed_mid`] takes.
+const INLINE_KEY: usize = 31;
+
+/// A key's bytes as the dictionary keeps them: inline up to
+/// [`INLINE_KEY`] bytes (no allocation per key interned, and none freed
+/// when its id is reclaimed), longer ones shared with snapshots.
+#[derive(Clone, Debug)]
+enum KeyBuf {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Shared(Arc<[u8]>),
+}
+
+impl KeyBuf {
+    fn new(key: &[u8]) -> Self {
+        if key.len() <= INLINE_KEY {
+            let mut bytes = [0u8; INLINE_KEY];
+            bytes[..key.len()].copy_from_slice(key);
+            KeyBuf::Inline {
+                len: key.len() as u8,
+                bytes,
+            }
+        } else {
+            KeyBuf::Shared(key.into())
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            KeyBuf::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            KeyBuf::Shared(b) => b,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(super) struct KeyDictionary {
     /// Ids of keys of at most 15 bytes, by [`packed`] key.
@@ -184,9 +219,9 @@ pub(super) struct KeyDictionary {
     mid: FxHashMap<(u128, u128), u64>,
     /// Ids of longer keys.
     ids: FxHashMap<Box<[u8]>, u64>,
-    /// By id: the key's bytes (shared with [`KeySnapshot`]s) and the latest
+    /// By id: the key's bytes (copied into [`KeySnapshot`]s) and the latest
     /// end of a window it was seen in (`None`: a free id).
-    entries: Vec<Option<(Arc<[u8]>, EventTime)>>,
+    entries: Vec<Option<(KeyBuf, EventTime)>>,
     free: Vec<u64>,
     /// By end, the ids whose latest end grew to it: taken when W passes
     /// `end`, an id is free if its latest end is still `end`. The ends are
@@ -215,7 +250,7 @@ impl KeyDictionary {
                         self.entries.len() as u64 - 1
                     }
                 };
-                self.entries[id as usize] = Some((key.into(), EventTime::MIN));
+                self.entries[id as usize] = Some((KeyBuf::new(key), EventTime::MIN));
                 match (short, mid) {
                     (Some(p), _) => self.short.insert(p, id),
                     (None, Some(m)) => self.mid.insert(m, id),
@@ -234,13 +269,13 @@ impl KeyDictionary {
     }
 
     /// The ids' bytes as they are now, for decoding on another thread while
-    /// this dictionary goes on (reclaiming and reusing ids). Copies one
-    /// pointer per id, not the keys.
+    /// this dictionary goes on (reclaiming and reusing ids). Copies the
+    /// keys kept inline (at most 32 bytes each) and one pointer per longer key.
     pub(super) fn snapshot(&self) -> KeySnapshot {
         KeySnapshot(
             self.entries
                 .iter()
-                .map(|e| e.as_ref().map(|(b, _)| Arc::clone(b)))
+                .map(|e| e.as_ref().map(|(b, _)| b.clone()))
                 .collect(),
         )
     }
@@ -258,11 +293,12 @@ impl KeyDictionary {
             for id in ids {
                 let slot = &mut self.entries[id as usize];
                 if slot.as_ref().is_some_and(|(_, latest)| *latest == end) {
-                    if let Some((bytes, _)) = slot.take() {
-                        match (packed(&bytes), packed_mid(&bytes)) {
+                    if let Some((key, _)) = slot.take() {
+                        let bytes = key.as_slice();
+                        match (packed(bytes), packed_mid(bytes)) {
                             (Some(p), _) => self.short.remove(&p),
                             (None, Some(m)) => self.mid.remove(&m),
-                            (None, None) => self.ids.remove(&*bytes),
+                            (None, None) => self.ids.remove(bytes),
                         };
                         self.free.push(id);
                     }
@@ -375,19 +411,19 @@ impl KeyBytes for KeyDictionary {
         self.entries
             .get(id as usize)
             .and_then(|e| e.as_ref())
-            .map_or(&[], |(b, _)| b)
+            .map_or(&[], |(b, _)| b.as_slice())
     }
 }
 
 /// A [`KeyDictionary`]'s ids and bytes at one moment (`Send`).
-pub(super) struct KeySnapshot(Vec<Option<Arc<[u8]>>>);
+pub(super) struct KeySnapshot(Vec<Option<KeyBuf>>);
 
 impl KeyBytes for KeySnapshot {
     fn bytes(&self, id: u64) -> &[u8] {
         self.0
             .get(id as usize)
-            .and_then(|e| e.as_deref())
-            .unwrap_or(&[])
+            .and_then(|e| e.as_ref())
+            .map_or(&[], KeyBuf::as_slice)
     }
 }
 
