@@ -182,11 +182,11 @@ const INLINE_KEY: usize = 31;
 
 /// A key's bytes as the dictionary keeps them: inline up to
 /// [`INLINE_KEY`] bytes (no allocation per key interned, and none freed
-/// when its id is reclaimed), longer ones shared with snapshots.
+/// when its id is reclaimed), longer ones boxed.
 #[derive(Clone, Debug)]
 enum KeyBuf {
     Inline { len: u8, bytes: [u8; INLINE_KEY] },
-    Shared(Arc<[u8]>),
+    Boxed(Box<[u8]>),
 }
 
 impl KeyBuf {
@@ -199,15 +199,54 @@ impl KeyBuf {
                 bytes,
             }
         } else {
-            KeyBuf::Shared(key.into())
+            KeyBuf::Boxed(key.into())
         }
     }
 
     fn as_slice(&self) -> &[u8] {
         match self {
             KeyBuf::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            KeyBuf::Shared(b) => b,
+            KeyBuf::Boxed(b) => b,
         }
+    }
+}
+
+/// Ids per chunk of [`Chunked`], as a power of two.
+const CHUNK_BITS: u32 = 12;
+
+/// Key bytes by id, in chunks of `2^CHUNK_BITS` ids that snapshots share:
+/// a snapshot clones one pointer per chunk, and a chunk a snapshot still
+/// holds is copied before it is written (`Arc::make_mut`).
+#[derive(Clone, Debug, Default)]
+struct Chunked {
+    chunks: Vec<Arc<Vec<Option<KeyBuf>>>>,
+    len: u64,
+}
+
+impl Chunked {
+    fn get(&self, id: u64) -> Option<&KeyBuf> {
+        let chunk = self.chunks.get((id >> CHUNK_BITS) as usize)?;
+        chunk.get((id & ((1 << CHUNK_BITS) - 1)) as usize)?.as_ref()
+    }
+
+    /// The slot of `id` (an id [`Self::push`] gave), to write.
+    fn slot_mut(&mut self, id: u64) -> &mut Option<KeyBuf> {
+        let chunk = Arc::make_mut(&mut self.chunks[(id >> CHUNK_BITS) as usize]);
+        &mut chunk[(id & ((1 << CHUNK_BITS) - 1)) as usize]
+    }
+
+    /// A new, free id.
+    fn push(&mut self) -> u64 {
+        let id = self.len;
+        if id & ((1 << CHUNK_BITS) - 1) == 0 {
+            self.chunks
+                .push(Arc::new(Vec::with_capacity(1 << CHUNK_BITS)));
+        }
+        if let Some(last) = self.chunks.last_mut() {
+            Arc::make_mut(last).push(None);
+        }
+        self.len += 1;
+        id
     }
 }
 
@@ -219,9 +258,11 @@ pub(super) struct KeyDictionary {
     mid: FxHashMap<(u128, u128), u64>,
     /// Ids of longer keys.
     ids: FxHashMap<Box<[u8]>, u64>,
-    /// By id: the key's bytes (copied into [`KeySnapshot`]s) and the latest
-    /// end of a window it was seen in (`None`: a free id).
-    entries: Vec<Option<(KeyBuf, EventTime)>>,
+    /// By id: the key's bytes (`None`: a free id), shared with
+    /// [`KeySnapshot`]s.
+    keys: Chunked,
+    /// By id: the latest end of a window its key was seen in.
+    latest: Vec<EventTime>,
     free: Vec<u64>,
     /// By end, the ids whose latest end grew to it: taken when W passes
     /// `end`, an id is free if its latest end is still `end`. The ends are
@@ -246,11 +287,12 @@ impl KeyDictionary {
                 let id = match self.free.pop() {
                     Some(id) => id,
                     None => {
-                        self.entries.push(None);
-                        self.entries.len() as u64 - 1
+                        self.latest.push(EventTime::MIN);
+                        self.keys.push()
                     }
                 };
-                self.entries[id as usize] = Some((KeyBuf::new(key), EventTime::MIN));
+                *self.keys.slot_mut(id) = Some(KeyBuf::new(key));
+                self.latest[id as usize] = EventTime::MIN;
                 match (short, mid) {
                     (Some(p), _) => self.short.insert(p, id),
                     (None, Some(m)) => self.mid.insert(m, id),
@@ -259,25 +301,19 @@ impl KeyDictionary {
                 id
             }
         };
-        if let Some((_, latest)) = self.entries[id as usize].as_mut() {
-            if end > *latest {
-                *latest = end;
-                self.expiry.entry(end).or_default().push(id);
-            }
+        let latest = &mut self.latest[id as usize];
+        if end > *latest {
+            *latest = end;
+            self.expiry.entry(end).or_default().push(id);
         }
         id
     }
 
     /// The ids' bytes as they are now, for decoding on another thread while
-    /// this dictionary goes on (reclaiming and reusing ids). Copies the
-    /// keys kept inline (at most 32 bytes each) and one pointer per longer key.
+    /// this dictionary goes on (reclaiming and reusing ids). Copies one
+    /// pointer per chunk of ids, not the keys (see [`Chunked`]).
     pub(super) fn snapshot(&self) -> KeySnapshot {
-        KeySnapshot(
-            self.entries
-                .iter()
-                .map(|e| e.as_ref().map(|(b, _)| b.clone()))
-                .collect(),
-        )
+        KeySnapshot(self.keys.clone())
     }
 
     /// Frees the ids whose every window ends at or before `w` (they have
@@ -291,9 +327,8 @@ impl KeyDictionary {
             // freed in the order of ids, as a heap of (end, id) popped them
             ids.sort_unstable();
             for id in ids {
-                let slot = &mut self.entries[id as usize];
-                if slot.as_ref().is_some_and(|(_, latest)| *latest == end) {
-                    if let Some((key, _)) = slot.take() {
+                if self.keys.get(id).is_some() && self.latest[id as usize] == end {
+                    if let Some(key) = self.keys.slot_mut(id).take() {
                         let bytes = key.as_slice();
                         match (packed(bytes), packed_mid(bytes)) {
                             (Some(p), _) => self.short.remove(&p),
@@ -408,22 +443,16 @@ pub(super) trait KeyBytes {
 
 impl KeyBytes for KeyDictionary {
     fn bytes(&self, id: u64) -> &[u8] {
-        self.entries
-            .get(id as usize)
-            .and_then(|e| e.as_ref())
-            .map_or(&[], |(b, _)| b.as_slice())
+        self.keys.get(id).map_or(&[], KeyBuf::as_slice)
     }
 }
 
 /// A [`KeyDictionary`]'s ids and bytes at one moment (`Send`).
-pub(super) struct KeySnapshot(Vec<Option<KeyBuf>>);
+pub(super) struct KeySnapshot(Chunked);
 
 impl KeyBytes for KeySnapshot {
     fn bytes(&self, id: u64) -> &[u8] {
-        self.0
-            .get(id as usize)
-            .and_then(|e| e.as_ref())
-            .map_or(&[], KeyBuf::as_slice)
+        self.0.get(id).map_or(&[], KeyBuf::as_slice)
     }
 }
 
@@ -702,6 +731,39 @@ mod tests {
         assert_eq!(before.bytes(b), b"", "b was free when it was taken");
         d.reclaim(EventTime::MAX);
         assert_eq!(d.len(), 0);
+    }
+
+    /// A snapshot keeps every id's bytes across chunks while the dictionary
+    /// reclaims those ids and reuses them for other keys (short, mid-sized
+    /// and long ones: inline and boxed).
+    #[test]
+    fn a_snapshot_keeps_its_keys_while_their_ids_are_reused() {
+        let mut d = KeyDictionary::default();
+        let key = |i: u32, round: u8| {
+            let mut k = i.to_be_bytes().to_vec();
+            k.resize([4, 20, 40][i as usize % 3], round);
+            k
+        };
+        let n = 3 << CHUNK_BITS;
+        let ids: Vec<u64> = (0..n).map(|i| d.intern(&key(i, 1), 10)).collect();
+        let before = d.snapshot();
+        d.reclaim(10);
+        let reused: Vec<u64> = (0..n).map(|i| d.intern(&key(i, 2), 20)).collect();
+        for i in 0..n as usize {
+            assert_eq!(before.bytes(ids[i]), key(i as u32, 1).as_slice());
+            assert_eq!(d.bytes(reused[i]), key(i as u32, 2).as_slice());
+        }
+        let mut sorted = reused.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            {
+                let mut s = ids.clone();
+                s.sort_unstable();
+                s
+            },
+            "the ids are reused"
+        );
     }
 
     #[test]
