@@ -46,7 +46,14 @@ pub(crate) struct OpenWindows {
     evicting: bool,
     /// The first error met while folding, if any.
     error: Option<Error>,
+    /// How many groups a window opened now is made room for: as many as the
+    /// last window that closed held (at most [`MAX_HINT`]), so a window's
+    /// groups are not rehashed as it fills.
+    hint: usize,
 }
+
+/// The most groups a new window's table is made room for before it fills.
+const MAX_HINT: usize = 1 << 16;
 
 /// What a step produced on one worker.
 #[derive(Debug, Default)]
@@ -74,6 +81,7 @@ impl OpenWindows {
             closed_through: EventTime::MIN,
             evicting: true,
             error: None,
+            hint: 0,
         }
     }
 
@@ -113,7 +121,11 @@ impl OpenWindows {
 
     /// Folds `diff` into the state of `(window, key)`.
     fn fold(&mut self, window: Window, key: Key, diff: &Acc) {
-        let groups = self.by_end.entry((window.end, window.start)).or_default();
+        let hint = self.hint;
+        let groups = self
+            .by_end
+            .entry((window.end, window.start))
+            .or_insert_with(|| HashMap::with_capacity_and_hasher(hint, Default::default()));
         if fold_states(&self.kinds, groups, key, diff, window, &mut self.error) && self.track {
             self.changed.insert((window, key));
         }
@@ -260,6 +272,7 @@ impl OpenWindows {
         }
         for ((end, start), groups) in closed_groups {
             let window = Window { start, end };
+            self.hint = groups.len().min(MAX_HINT);
             for (key, g) in groups {
                 if evict && self.panes.is_none() {
                     self.evictions.push(((window, key), g.n));
