@@ -691,8 +691,7 @@ fn sorted_latest(updates: Vec<Update>) -> Vec<Update> {
     let bits = |n: u64| u64::BITS - n.leading_zeros();
     let (rank_bits, index_bits) = (bits(windows.len() as u64), bits(updates.len() as u64));
     let key_bits = bits(updates.iter().map(|u| u.key).max().unwrap_or(0));
-    // each update's (rank, key) and index, in sorted order
-    let order: Vec<(u128, usize)> = if rank_bits + key_bits + index_bits <= u64::BITS {
+    if rank_bits + key_bits + index_bits <= u64::BITS {
         let mut packed: Vec<u64> = updates
             .iter()
             .enumerate()
@@ -700,10 +699,10 @@ fn sorted_latest(updates: Vec<Update>) -> Vec<Update> {
             .collect();
         packed.sort_unstable();
         let index_mask = (1u64 << index_bits) - 1;
-        packed
+        let order = packed
             .into_iter()
-            .map(|p| (u128::from(p >> index_bits), (p & index_mask) as usize))
-            .collect()
+            .map(|p| (u128::from(p >> index_bits), (p & index_mask) as usize));
+        last_of_each(updates, order)
     } else {
         let mut wide: Vec<(u128, u32)> = updates
             .iter()
@@ -711,10 +710,15 @@ fn sorted_latest(updates: Vec<Update>) -> Vec<Update> {
             .map(|(i, u)| (u128::from(rank(u)) << 64 | u128::from(u.key), i as u32))
             .collect();
         wide.sort_unstable();
-        wide.into_iter().map(|(k, i)| (k, i as usize)).collect()
-    };
+        last_of_each(updates, wide.into_iter().map(|(k, i)| (k, i as usize)))
+    }
+}
+
+/// `updates` in `order` (each one's sort key and index, sorted), the last of
+/// each run of equal keys kept.
+fn last_of_each(updates: Vec<Update>, order: impl Iterator<Item = (u128, usize)>) -> Vec<Update> {
     let mut slots: Vec<Option<Update>> = updates.into_iter().map(Some).collect();
-    let mut out: Vec<Update> = Vec::with_capacity(order.len());
+    let mut out: Vec<Update> = Vec::with_capacity(slots.len());
     let mut last = None;
     for (k, i) in order {
         let Some(u) = slots[i].take() else {
