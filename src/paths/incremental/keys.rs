@@ -327,16 +327,18 @@ impl KeyDictionary {
             // freed in the order of ids, as a heap of (end, id) popped them
             ids.sort_unstable();
             for id in ids {
-                if self.keys.get(id).is_some() && self.latest[id as usize] == end {
-                    if let Some(key) = self.keys.slot_mut(id).take() {
-                        let bytes = key.as_slice();
-                        match (packed(bytes), packed_mid(bytes)) {
-                            (Some(p), _) => self.short.remove(&p),
-                            (None, Some(m)) => self.mid.remove(&m),
-                            (None, None) => self.ids.remove(bytes),
-                        };
-                        self.free.push(id);
-                    }
+                // an id seen in a later window since stays; one freed already has an empty slot
+                if self.latest[id as usize] != end {
+                    continue;
+                }
+                if let Some(key) = self.keys.slot_mut(id).take() {
+                    let bytes = key.as_slice();
+                    match (packed(bytes), packed_mid(bytes)) {
+                        (Some(p), _) => self.short.remove(&p),
+                        (None, Some(m)) => self.mid.remove(&m),
+                        (None, None) => self.ids.remove(bytes),
+                    };
+                    self.free.push(id);
                 }
             }
         }
