@@ -115,6 +115,13 @@ impl Layout {
 pub(super) struct DistinctGroups {
     layout: Layout,
     by_window: BTreeMap<Window, WindowGroups>,
+    tally: Tally,
+}
+
+/// What [`DistinctGroups`] counts over all its windows.
+#[derive(Default)]
+struct Tally {
+    /// The last group id given.
     next_id: u64,
     /// Entries held, over all groups.
     entries: usize,
@@ -136,9 +143,7 @@ impl DistinctGroups {
         DistinctGroups {
             layout: Layout::of(aggs),
             by_window: BTreeMap::new(),
-            next_id: 0,
-            entries: 0,
-            round: 0,
+            tally: Tally::default(),
         }
     }
 
@@ -158,14 +163,13 @@ impl DistinctGroups {
     fn upsert<'g>(
         layout: &Layout,
         w: &mut WindowGroups,
-        counters: (&mut u64, &mut usize, u64),
+        tally: &mut Tally,
         u: &Update,
         held: Option<(u32, u32)>,
         group: impl FnOnce() -> &'g [u8],
         aggs: &[CompiledAgg],
         keys: &impl KeyBytes,
     ) -> std::result::Result<(u32, bool), thund_dataflows::Error> {
-        let (next_id, entries, round) = counters;
         let m = aggs.len();
         let (g, slot, new_entry) = match held {
             Some((g, slot)) => (g as usize, slot as usize, false),
@@ -180,9 +184,9 @@ impl DistinctGroups {
                 let g = match found {
                     Some(g) => g,
                     None => {
-                        *next_id += 1;
+                        tally.next_id += 1;
                         w.groups.push(Group {
-                            id: *next_id,
+                            id: tally.next_id,
                             key: u.key,
                             merged: vec![AggState::EMPTY; m],
                             round: 0,
@@ -200,7 +204,7 @@ impl DistinctGroups {
                 w.states.resize((slot + 1) * l.states, AggState::EMPTY);
                 w.seen.resize((slot + 1) * l.seen, 0);
                 w.entries.insert(u.key, (g, slot as u32));
-                *entries += 1;
+                tally.entries += 1;
                 (g as usize, slot, true)
             }
         };
@@ -208,8 +212,8 @@ impl DistinctGroups {
         let counts = &mut w.counts[slot * l.counts..(slot + 1) * l.counts];
         let states = &mut w.states[slot * l.states..(slot + 1) * l.states];
         let seen = &mut w.seen[slot * l.seen..(slot + 1) * l.seen];
-        let again = w.groups[g].round == round;
-        w.groups[g].round = round;
+        let again = w.groups[g].round == tally.round;
+        w.groups[g].round = tally.round;
         let merged = &mut w.groups[g].merged;
         for (((a, new), m), kept) in aggs.iter().zip(&u.aggs).zip(merged).zip(&l.kept) {
             match (*kept, a.per_value) {
@@ -246,13 +250,13 @@ impl DistinctGroups {
     /// A window closed: its groups go.
     pub(super) fn close(&mut self, window: &Window) {
         if let Some(w) = self.by_window.remove(window) {
-            self.entries -= w.entries.len();
+            self.tally.entries -= w.entries.len();
         }
     }
 
     /// The entries held (part of the view's state size).
     pub(super) fn len(&self) -> usize {
-        self.entries
+        self.tally.entries
     }
 
     fn group(&self, window: &Window, g: u32) -> Option<&Group> {
@@ -426,8 +430,7 @@ impl IncrementalView {
         unseen: &[&Update],
     ) -> Result<Vec<Merged>> {
         let groups = self.group_keys(unseen)?;
-        store.round += 1;
-        let round = store.round;
+        store.tally.round += 1;
         let mut touched: Vec<(Window, u32)> = Vec::new();
         let mut at = 0;
         // entries come in runs of one window: its groups looked up once a run
@@ -443,11 +446,10 @@ impl IncrementalView {
                     Found::Held(g, slot) => (Some((g, slot)), 0),
                     Found::Unseen(row) => (None, row as usize),
                 };
-                let counters = (&mut store.next_id, &mut store.entries, round);
                 let (g, again) = DistinctGroups::upsert(
                     &store.layout,
                     w,
-                    counters,
+                    &mut store.tally,
                     u,
                     held,
                     || groups.of(row, u),
