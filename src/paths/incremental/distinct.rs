@@ -147,15 +147,8 @@ impl DistinctGroups {
         }
     }
 
-    /// Where entry `key` of `window` is held, if it is.
-    fn find(&self, window: &Window, key: u64) -> Option<(u32, u32)> {
-        self.by_window
-            .get(window)
-            .and_then(|w| w.entries.get(&key).copied())
-    }
-
     /// Records an entry's new states in its window's groups `w` and folds
-    /// the change into its group's merge; `held` is where [`Self::find`]
+    /// the change into its group's merge; `held` is where `merge_changed`
     /// found it, and `group` gives its group key bytes, read only for an
     /// entry not held yet. Returns the group's index in its window and
     /// whether this round changed it before.
@@ -403,15 +396,27 @@ impl IncrementalView {
             Some(store) => store,
             None => DistinctGroups::new(&self.plan.aggs),
         };
-        // each entry held, or its index in `unseen`
+        // each entry held, or its index in `unseen`; entries come in runs of
+        // one window, whose groups are looked up once a run
         let mut unseen: Vec<&Update> = Vec::new();
+        let mut run: Option<(Window, Option<&WindowGroups>)> = None;
         let found: Vec<Found> = changed
             .iter()
-            .map(|u| match store.find(&u.window, u.key) {
-                Some((g, slot)) => Found::Held(g, slot),
-                None => {
-                    unseen.push(u);
-                    Found::Unseen(unseen.len() as u32 - 1)
+            .map(|u| {
+                let w = match run {
+                    Some((window, w)) if window == u.window => w,
+                    _ => {
+                        let w = store.by_window.get(&u.window);
+                        run = Some((u.window, w));
+                        w
+                    }
+                };
+                match w.and_then(|w| w.entries.get(&u.key)) {
+                    Some(&(g, slot)) => Found::Held(g, slot),
+                    None => {
+                        unseen.push(u);
+                        Found::Unseen(unseen.len() as u32 - 1)
+                    }
                 }
             })
             .collect();
