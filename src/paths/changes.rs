@@ -81,6 +81,10 @@ pub(crate) struct Shown {
     /// showed ([`crate::plan::CompiledAggregate::rows_always_change`]):
     /// nothing is remembered and every changed row is shown.
     always_changes: bool,
+    /// Rows of different groups always differ
+    /// ([`crate::plan::CompiledAggregate::keys_shown`]): a changed group's
+    /// row is compared with its own old row only.
+    keyed: bool,
 }
 
 impl Shown {
@@ -88,6 +92,14 @@ impl Shown {
     pub(crate) fn always_changing() -> Self {
         Shown {
             always_changes: true,
+            ..Shown::default()
+        }
+    }
+
+    /// What rows that show their group keys need: each group's last row.
+    pub(crate) fn keyed() -> Self {
+        Shown {
+            keyed: true,
             ..Shown::default()
         }
     }
@@ -109,6 +121,9 @@ impl Shown {
         let Some(rows) = self.rows_of(batch)? else {
             return Ok(batch.clone());
         };
+        if self.keyed {
+            return self.changed_by_group(groups, batch, from, &rows);
+        }
         // per window: the new rows of its changed groups less their old ones
         let mut by_window: FxHashMap<Window, OldAndNew<'_>> = FxHashMap::default();
         for (w, key) in groups {
@@ -147,6 +162,45 @@ impl Shown {
             }
         }
         Ok(out)
+    }
+
+    /// [`Shown::changed`] where rows of different groups always differ: the
+    /// multiset rule per window comes down to each group's new row less its
+    /// own old one. A row of the same length as the old one is written over
+    /// it in place.
+    fn changed_by_group(
+        &mut self,
+        groups: &[(Window, u64)],
+        batch: &RecordBatch,
+        from: &[usize],
+        rows: &Rows,
+    ) -> Result<RecordBatch> {
+        let mut keep = Vec::with_capacity(from.len());
+        let mut has_row = vec![false; groups.len()];
+        for (i, &g) in from.iter().enumerate() {
+            let (w, key) = groups[g];
+            has_row[g] = true;
+            let new = rows.row(i).data();
+            let m = self.rows.entry(w).or_default();
+            match m.get_mut(&key) {
+                Some(old) if **old == *new => {}
+                Some(old) if old.len() == new.len() => {
+                    old.copy_from_slice(new);
+                    keep.push(i as u32);
+                }
+                _ => {
+                    m.insert(key, new.into());
+                    keep.push(i as u32);
+                }
+            }
+        }
+        // a group HAVING dropped shows nothing now
+        for ((w, key), _) in groups.iter().zip(has_row).filter(|(_, h)| !h) {
+            if let Some(m) = self.rows.get_mut(w) {
+                m.remove(key);
+            }
+        }
+        take_rows(batch, &keep)
     }
 
     /// `ORDER BY … LIMIT` per window: the rows of each window in `windows`

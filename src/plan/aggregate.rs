@@ -346,22 +346,11 @@ impl CompiledAggregate {
     /// group and window, only the rows WHERE lets through fed, no later
     /// stage).
     pub fn rows_always_change(&self) -> bool {
-        use datafusion::physical_expr::expressions::{Column as Col, Literal};
-        if self.post.is_some()
-            || self.order.is_some()
-            || self.prune.is_some()
-            || self.keeps_per_value()
-            || self.keeps_refused_rows()
-        {
+        use datafusion::physical_expr::expressions::Literal;
+        if !self.keys_shown() || self.keeps_per_value() || self.keeps_refused_rows() {
             return false;
         }
-        let shown: Vec<usize> = match &self.projection {
-            None => (0..self.agg_schema.fields().len()).collect(),
-            Some(exprs) => exprs
-                .iter()
-                .filter_map(|e| e.downcast_ref::<Col>().map(|c| c.index()))
-                .collect(),
-        };
+        let shown = self.shown_columns();
         let count_star = |a: &CompiledAgg| {
             a.func == AggFunc::Count
                 && a.filter.is_none()
@@ -370,12 +359,35 @@ impl CompiledAggregate {
                     .downcast_ref::<Literal>()
                     .is_some_and(|l| !l.value().is_null())
         };
+        self.aggs
+            .iter()
+            .enumerate()
+            .any(|(j, a)| count_star(a) && shown.contains(&(self.group_keys + j)))
+    }
+
+    /// Whether the select list shows every group key as a plain column, one
+    /// row per group and window (no later stage): rows of different groups
+    /// then always differ, so Update mode's rule (new rows less old ones, as
+    /// multisets per window) compares each group's row with its own old row
+    /// only.
+    pub fn keys_shown(&self) -> bool {
+        if self.post.is_some() || self.order.is_some() || self.prune.is_some() {
+            return false;
+        }
+        let shown = self.shown_columns();
         (0..self.group_keys).all(|k| shown.contains(&k))
-            && self
-                .aggs
+    }
+
+    /// The columns of `agg_schema` the select list shows as plain columns.
+    fn shown_columns(&self) -> Vec<usize> {
+        use datafusion::physical_expr::expressions::Column as Col;
+        match &self.projection {
+            None => (0..self.agg_schema.fields().len()).collect(),
+            Some(exprs) => exprs
                 .iter()
-                .enumerate()
-                .any(|(j, a)| count_star(a) && shown.contains(&(self.group_keys + j)))
+                .filter_map(|e| e.downcast_ref::<Col>().map(|c| c.index()))
+                .collect(),
+        }
     }
 }
 

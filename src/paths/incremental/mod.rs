@@ -230,6 +230,7 @@ impl IncrementalView {
         let out = output_schema(&plan.query_schema, Some(&plan.bound), mode);
         let folds = Folds::of(&plan);
         let always_changes = plan.rows_always_change();
+        let keys_shown = plan.keys_shown();
         Ok(IncrementalView {
             view: view.to_string(),
             plan,
@@ -243,9 +244,10 @@ impl IncrementalView {
             closed_results: ClosedResults::default(),
             unsaved: BTreeMap::new(),
             checkpointing: false,
-            shown: match always_changes {
-                true => Shown::always_changing(),
-                false => Shown::default(),
+            shown: match (always_changes, keys_shown) {
+                (true, _) => Shown::always_changing(),
+                (false, true) => Shown::keyed(),
+                (false, false) => Shown::default(),
             },
             keys: Keys::new(workers),
             folds,
