@@ -331,6 +331,23 @@ impl CompiledAggregate {
         self.key_fields.len() > self.group_keys
     }
 
+    /// Whether the only aggregates kept per value are `MIN`/`MAX` without
+    /// `FILTER` (of one argument, the last key), in a plain grouped query
+    /// (no sessions, no later stage, no top-rows rule): a batch's rows of a
+    /// unit and group then need entries for their least and greatest value
+    /// only (see `paths::incremental::extremes`).
+    pub fn extremes_per_value(&self) -> bool {
+        self.keeps_per_value()
+            && self.tagged.is_none()
+            && !self.keeps_refused_rows()
+            && self.prune.is_none()
+            && self.aggs.iter().all(|a| match a.per_value {
+                None => true,
+                Some(PerValue::Min | PerValue::Max) => a.filter.is_none(),
+                Some(PerValue::CountDistinct | PerValue::SumDistinct) => false,
+            })
+    }
+
     /// Whether rows WHERE refuses still make their group slot (session
     /// windows: they extend their session; a post stage: they make their
     /// window exist), with three more states per group after the aggregates

@@ -20,6 +20,7 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use thund_dataflows::{AggKind, AggState, Panes, Value};
 
+use super::extremes::extremes_only;
 use super::keys::{
     packed, packed_columns, packed_mid, shard_of, unpacked, KeyDictionary, Keys, GLOBAL,
 };
@@ -721,10 +722,23 @@ impl IncrementalView {
             let batch = &o.batch;
             let n = batch.num_rows();
             // the keys and arguments evaluated once per batch
-            let keys = match &self.converter {
+            let mut keys = match &self.converter {
                 None => Vec::new(),
                 Some(_) => self.key_columns(batch)?,
             };
+            // MIN/MAX kept per value: two entries per unit and group
+            if self.plan.extremes_per_value() {
+                let only = extremes_only(
+                    &keys,
+                    o.times.values(),
+                    &pass,
+                    self.config.panes,
+                    &self.plan.windows,
+                )?;
+                if let (Some(v), Some(last)) = (only, keys.last_mut()) {
+                    *last = v;
+                }
+            }
             let arrs = folds
                 .first
                 .iter()

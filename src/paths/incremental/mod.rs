@@ -14,6 +14,7 @@
 
 mod arena;
 mod distinct;
+mod extremes;
 mod ingest;
 mod join;
 mod keys;
