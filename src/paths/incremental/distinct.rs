@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 
 use arrow::row::{RowConverter, Rows, SortField};
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 use thund_dataflows::{AggKind, AggState, Update, Value};
 
 use super::keys::KeyBytes;
@@ -351,37 +352,48 @@ impl IncrementalView {
         Ok(merged)
     }
 
-    /// [`Self::merge_closed`] from the entries alone.
+    /// [`Self::merge_closed`] from the entries alone: grouped in one hash
+    /// pass (each group's entries chained in the order they came), then the
+    /// groups, fewer than their entries, put in order.
     fn merge_closed_entries(&self, closed: &[&Update]) -> Result<Vec<Update>> {
-        let groups = self.group_keys(closed)?;
-        // by window and group keys; a group's entries in the order they came
-        let mut order: Vec<(Window, &[u8], &Update)> = closed
-            .iter()
-            .enumerate()
-            .map(|(i, u)| (u.window, groups.of(i, u), *u))
-            .collect();
-        match groups.width().filter(|&n| n <= 16) {
-            // keys of one width read as big-endian integers order as their
-            // bytes do; the index keeps a group's entries in order
-            Some(_) => order.sort_by_cached_key(|&(w, b, _)| {
-                let mut head = [0u8; 16];
-                head[..b.len()].copy_from_slice(b);
-                (w, u128::from_be_bytes(head))
-            }),
-            None => order.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1))),
+        if u32::try_from(closed.len()).is_err() {
+            return Err(Error::internal(
+                &self.view,
+                "2^32 closed entries or more in one step",
+            ));
         }
-        order
-            .chunk_by(|a, b| (a.0, a.1) == (b.0, b.1))
-            .map(|entries| {
+        let groups = self.group_keys(closed)?;
+        let (heads, next) = match groups.width().filter(|&n| n <= 16) {
+            // keys of one width read as big-endian integers order as their
+            // bytes do (hashed little-endian, where the bytes that differ
+            // are the low ones)
+            Some(_) => chained(
+                closed,
+                |i, u| {
+                    let b = groups.of(i, u);
+                    let mut head = [0u8; 16];
+                    head[..b.len()].copy_from_slice(b);
+                    u128::from_le_bytes(head)
+                },
+                u128::swap_bytes,
+            ),
+            None => chained(closed, |i, u| groups.of(i, u), |k| k),
+        };
+        heads
+            .iter()
+            .map(|&first| {
+                let chain = std::iter::successors(Some(first), |&i| {
+                    Some(next[i as usize]).filter(|&n| n != END)
+                });
                 let aggs = merge(
                     &self.view,
                     &self.plan.aggs,
-                    entries.iter().map(|(_, _, u)| (u.key, &u.aggs[..])),
+                    chain.map(|i| (closed[i as usize].key, &closed[i as usize].aggs[..])),
                     &self.keys,
                 )?;
                 Ok(Update {
-                    window: entries[0].0,
-                    key: entries[0].2.key,
+                    window: closed[first as usize].window,
+                    key: closed[first as usize].key,
                     aggs,
                 })
             })
@@ -527,6 +539,40 @@ impl GroupKeys<'_> {
             GroupKeys::Rows(rows) => rows.row(i).data(),
         }
     }
+}
+
+/// The end of a chain of entries.
+const END: u32 = u32::MAX;
+
+/// `entries` (fewer than 2^32) grouped by window and `key_of` (entry index,
+/// entry): each group's first entry, in the order of windows, then `order`
+/// of keys, and each entry's next entry of its group (or [`END`]), so a
+/// group's entries are followed in the order they came.
+fn chained<K: std::hash::Hash + Eq + Copy, O: Ord>(
+    entries: &[&Update],
+    key_of: impl Fn(usize, &Update) -> K,
+    order: impl Fn(K) -> O,
+) -> (Vec<u32>, Vec<u32>) {
+    let mut heads: Vec<((Window, K), u32)> = Vec::new();
+    // per group: its last entry so far
+    let mut last: FxHashMap<(Window, K), u32> = FxHashMap::default();
+    let mut next: Vec<u32> = vec![END; entries.len()];
+    for (i, u) in entries.iter().enumerate() {
+        let k = (u.window, key_of(i, u));
+        match last.entry(k) {
+            Entry::Occupied(mut l) => {
+                next[*l.get() as usize] = i as u32;
+                *l.get_mut() = i as u32;
+            }
+            Entry::Vacant(v) => {
+                v.insert(i as u32);
+                heads.push((k, i as u32));
+            }
+        }
+    }
+    // each group once: no ties
+    heads.sort_unstable_by_key(|&((w, k), _)| (w, order(k)));
+    (heads.into_iter().map(|(_, first)| first).collect(), next)
 }
 
 /// The width of a column of type `t` in the row format, where it is fixed

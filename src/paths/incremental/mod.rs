@@ -335,11 +335,10 @@ impl ViewRuntime for IncrementalView {
             self.keys.reclaim(w);
             return Ok(out);
         }
-        out.windows_closed = {
-            let mut ws: Vec<_> = step.closed.iter().map(|u| u.window).collect();
-            ws.dedup();
-            ws.len() as u64
-        };
+        // the windows that closed (closed updates come in the order of windows)
+        let mut closed_windows: Vec<Window> = step.closed.iter().map(|u| u.window).collect();
+        closed_windows.dedup();
+        out.windows_closed = closed_windows.len() as u64;
         // COUNT(DISTINCT …): the dataflow's entries are (group, value); a
         // group's row merges its entries (see `distinct`)
         let distinct = self.plan.keeps_per_value();
@@ -358,8 +357,8 @@ impl ViewRuntime for IncrementalView {
             _ => Vec::new(),
         };
         if let Some(d) = &mut self.distinct {
-            for u in &step.closed {
-                d.close(&u.window);
+            for w in &closed_windows {
+                d.close(w);
             }
         }
         match self.mode {
@@ -392,8 +391,8 @@ impl ViewRuntime for IncrementalView {
                 let window_of: Vec<Window> = from.iter().map(|&i| open[i].window).collect();
                 out.batches
                     .push(self.shown.replaced(&windows, &rows, &window_of)?);
-                for u in &step.closed {
-                    self.shown.close(&u.window);
+                for w in &closed_windows {
+                    self.shown.close(w);
                 }
                 out.batches.push(self.render(&closed, Some(true))?);
             }
@@ -408,8 +407,8 @@ impl ViewRuntime for IncrementalView {
                 };
                 let (rows, from) = self.render_indexed(&changed, Some(false))?;
                 out.batches.push(self.shown.changed(&groups, &rows, &from)?);
-                for u in &step.closed {
-                    self.shown.close(&u.window);
+                for w in &closed_windows {
+                    self.shown.close(w);
                 }
                 out.batches.push(self.render(&closed, Some(true))?);
             }
