@@ -223,8 +223,11 @@ impl OpenWindows {
             std::mem::replace(&mut self.by_end, open)
         };
         // with panes, a closing window is assembled from its panes (before the panes
-        // whose last window closes go): the same states a tracked window folded
-        if let Some(p) = self.panes {
+        // whose last window closes go): the states a tracked window folded, added in
+        // another order. A tracked window's own states serve where the order of
+        // additions cannot matter (no float sum, whose rounding depends on it)
+        let own = self.track && !self.kinds.contains(&AggKind::SumFloat);
+        if let Some(p) = self.panes.filter(|_| !own) {
             closed_groups = BTreeMap::new();
             let mut closing: Vec<Window> = Vec::new();
             for &(_, start) in self.panes_by_expiry.keys() {
