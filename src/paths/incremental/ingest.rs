@@ -22,7 +22,7 @@ use thund_dataflows::{AggKind, AggState, Panes, Value};
 
 use super::extremes::extremes_only;
 use super::keys::{
-    packed, packed_columns, packed_mid, shard_of, unpacked, KeyDictionary, Keys, GLOBAL,
+    packed, packed_columns, packed_mid, shard_of, unpacked, KeyDictionary, Keys, MixMap, GLOBAL,
 };
 use super::IncrementalView;
 use crate::error::{Error, Result};
@@ -80,13 +80,13 @@ pub(super) struct Groups {
     /// hash a unit's index, not the unit.
     units: FxHashMap<Window, usize>,
     index: FxHashMap<(usize, u64), usize>,
-    short_index: FxHashMap<(usize, u128), usize>,
+    short_index: MixMap<(usize, u128), usize>,
     /// The same for keys of 16 to 31 bytes, by [`packed_mid`] key.
-    mid_index: FxHashMap<(usize, (u128, u128)), usize>,
+    mid_index: MixMap<(usize, (u128, u128)), usize>,
     /// The same for keys of at most 12 bytes in the first 2^24 units, whose
     /// unit fits in the packed key's unused bytes: 24-byte entries instead of
     /// 48, so twice as many stay in cache.
-    narrow_index: FxHashMap<(u64, u64), u32>,
+    narrow_index: MixMap<(u64, u64), u32>,
     /// Session windows, by group slot: its rows' first and last time, how
     /// many rows, how many WHERE let through.
     extent: Vec<[i64; 4]>,

@@ -13,6 +13,58 @@ use rustc_hash::FxHashMap;
 
 use crate::time::EventTime;
 
+/// A hasher for packed keys: each word is mixed in by a folded multiply
+/// (the product's two halves XORed), so every bit of a key reaches every bit
+/// of its hash. FxHash carries a word's bits only upwards, and packed keys
+/// differing only in the top bytes of a word (row-format integers above 255,
+/// big-endian) shared their buckets and tags: interning one of Nexmark's
+/// auction ids cost about 1 100 instructions.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Mix(u64);
+
+impl Mix {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+}
+
+impl std::hash::Hasher for Mix {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        let f = u128::from(self.0 ^ x) * u128::from(Mix::K);
+        self.0 = (f as u64) ^ ((f >> 64) as u64);
+    }
+
+    #[inline]
+    fn write_u128(&mut self, x: u128) {
+        self.write_u64(x as u64);
+        self.write_u64((x >> 64) as u64);
+    }
+
+    #[inline]
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(x.into());
+    }
+
+    #[inline]
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A hash map over packed keys (see [`Mix`]).
+pub(super) type MixMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<Mix>>;
+
 /// The id of the key of a query without `GROUP BY`.
 pub(super) const GLOBAL: u64 = 0;
 
@@ -253,9 +305,9 @@ impl Chunked {
 #[derive(Debug, Default)]
 pub(super) struct KeyDictionary {
     /// Ids of keys of at most 15 bytes, by [`packed`] key.
-    short: FxHashMap<u128, u64>,
+    short: MixMap<u128, u64>,
     /// Ids of keys of 16 to 31 bytes, by [`packed_mid`] key.
-    mid: FxHashMap<(u128, u128), u64>,
+    mid: MixMap<(u128, u128), u64>,
     /// Ids of longer keys.
     ids: FxHashMap<Box<[u8]>, u64>,
     /// By id: the key's bytes (`None`: a free id), shared with
@@ -364,7 +416,7 @@ pub(super) struct WindowKeyIds {
 /// One window's key ids.
 #[derive(Debug, Default)]
 struct KeyIds {
-    short: FxHashMap<u128, u64>,
+    short: MixMap<u128, u64>,
     /// By hash: the first key with it, and any others.
     long: FxHashMap<u64, (LongKey, Vec<LongKey>)>,
     arena: Vec<u8>,
@@ -539,6 +591,32 @@ impl KeyBytes for ShardedSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Packed row-format integers that differ only above their lowest byte
+    /// (4 096 of them, 256 apart) spread over a table's buckets and tags:
+    /// their hashes' low 12 bits and top 7 bits take most values (FxHash's
+    /// low 12 bits take 4 values).
+    #[test]
+    fn packed_keys_differing_in_high_bytes_spread_over_buckets_and_tags() {
+        use std::hash::BuildHasher;
+        let conv = arrow::row::RowConverter::new(vec![arrow::row::SortField::new(
+            arrow::datatypes::DataType::Int64,
+        )])
+        .unwrap();
+        let col: arrow::array::ArrayRef = Arc::new(arrow::array::Int64Array::from_iter_values(
+            (0..4096i64).map(|i| 1_000_000 + i * 256),
+        ));
+        let rows = conv.convert_columns(&[col]).unwrap();
+        let hasher = std::hash::BuildHasherDefault::<Mix>::default();
+        let hashes: Vec<u64> = rows
+            .iter()
+            .map(|r| hasher.hash_one(packed(r.data()).unwrap()))
+            .collect();
+        let buckets: std::collections::HashSet<u64> = hashes.iter().map(|h| h & 4095).collect();
+        let tags: std::collections::HashSet<u64> = hashes.iter().map(|h| h >> 57).collect();
+        assert!(buckets.len() > 2_000, "{} buckets of 4 096", buckets.len());
+        assert!(tags.len() > 100, "{} tags of 128", tags.len());
+    }
 
     /// Equal keys get equal ids within a window and different keys different
     /// ones (short and long keys, keys that share a hash bucket's bytes up to
