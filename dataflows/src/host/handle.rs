@@ -80,7 +80,8 @@ pub struct Step {
     /// With [`Config::panes`]: the `(pane, key)`s whose state changed since the previous
     /// step and whose last window is still open, with their current states (what a
     /// checkpoint of the changes saves; [`WindowedAggregate::restore`] takes them back).
-    /// Empty without panes, where `changed` is that.
+    /// Empty without panes, where `changed` is that, and without a trace
+    /// ([`Config::without_trace`]), which no checkpoint reads.
     pub changed_panes: Vec<Update>,
 }
 
@@ -884,6 +885,51 @@ mod tests {
             assert_eq!(changed_off, 0, "panes {panes}");
             assert_eq!(off, on, "panes {panes}");
         }
+    }
+
+    /// Without a trace (nothing checkpoints it), changed panes are not reported;
+    /// the windows that change and close are the same as with one.
+    #[test]
+    fn without_a_trace_no_pane_changes_are_reported() {
+        let kinds = vec![AggKind::Count, AggKind::SumInt];
+        let run = |trace: bool| {
+            let mut config = Config::new(kinds.clone())
+                .with_workers(2)
+                .with_panes(Panes::new(20, 10, 0).expect("panes"));
+            if !trace {
+                config = config.without_trace();
+            }
+            let mut df = WindowedAggregate::spawn(config).expect("spawn");
+            let (mut closed, mut changed, mut panes) = (Vec::new(), Vec::new(), 0);
+            for step in 0..30i64 {
+                let updates = (0..8u64)
+                    .map(|key| {
+                        let s = (step * 4 + key as i64) / 10 * 10;
+                        Update {
+                            window: Window::new(s, s + 10),
+                            key,
+                            aggs: kinds
+                                .iter()
+                                .map(|&k| AggState::from_value(k, Value::Int(i128::from(step))))
+                                .collect(),
+                        }
+                    })
+                    .collect();
+                df.insert(updates).expect("insert");
+                let s = df.advance_to(step * 4).expect("advance");
+                panes += s.changed_panes.len();
+                changed.extend(s.changed);
+                closed.extend(s.closed);
+            }
+            closed.extend(df.advance_to(EventTime::MAX).expect("finish").closed);
+            (closed, changed, panes)
+        };
+        let (closed, changed, panes) = run(true);
+        let (closed_bare, changed_bare, panes_bare) = run(false);
+        assert!(panes > 0 && !changed.is_empty() && closed.len() > 20);
+        assert_eq!(panes_bare, 0);
+        assert_eq!(changed_bare, changed);
+        assert_eq!(closed_bare, closed);
     }
 
     #[test]

@@ -328,6 +328,7 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                 // the open-window table as they arrive.
                 let (rendered, input, trace) = render(worker, kinds, panes, keep);
                 rendered.open.borrow_mut().list_evictions(keep);
+                rendered.open.borrow_mut().report_panes(keep);
                 hosted.insert(
                     id,
                     Hosted {

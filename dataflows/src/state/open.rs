@@ -42,6 +42,8 @@ pub(crate) struct OpenWindows {
     track: bool,
     /// Windows ending at or before this have closed (and were reported).
     closed_through: EventTime,
+    /// Whether changed panes are reported (see [`Self::report_panes`]).
+    panes_reported: bool,
     /// Whether closed units are listed for retraction (see [`Self::list_evictions`]).
     evicting: bool,
     /// The first error met while folding, if any.
@@ -78,6 +80,7 @@ impl OpenWindows {
             changed_panes: HashSet::default(),
             evictions: Vec::new(),
             track: true,
+            panes_reported: true,
             closed_through: EventTime::MIN,
             evicting: true,
             error: None,
@@ -106,7 +109,10 @@ impl OpenWindows {
         // from), then, when changes are tracked, every open window holding it
         let ends = (expiry(self.panes, unit), unit.start);
         let pane = self.panes_by_expiry.entry(ends).or_default();
-        if fold_states(&self.kinds, pane, key, diff, unit, &mut self.error) && self.track {
+        if fold_states(&self.kinds, pane, key, diff, unit, &mut self.error)
+            && self.track
+            && self.panes_reported
+        {
             self.changed_panes.insert((unit, key));
         }
         if !self.track {
@@ -192,6 +198,16 @@ impl OpenWindows {
             start = p.pane_of(start.end);
         }
         out
+    }
+
+    /// Whether [`Self::take_step`] reports the panes that changed (on by default):
+    /// what a checkpoint of the changes saves, so a worker without a trace (which no
+    /// checkpoint reads) neither tracks nor sends them.
+    pub(crate) fn report_panes(&mut self, on: bool) {
+        self.panes_reported = on;
+        if !on {
+            self.changed_panes.clear();
+        }
     }
 
     /// Whether closed units are listed for [`Self::take_evictions`] (on by default; a
