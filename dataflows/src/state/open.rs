@@ -1,6 +1,7 @@
 //! The worker's table of open windows: the current state of every `(window, key)` whose
 //! window has not closed, fed by the arrangement's output and drained as windows close.
 
+use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -351,8 +352,9 @@ fn fold_states(
     window: Window,
     error: &mut Option<Error>,
 ) -> bool {
-    match groups.get_mut(&key) {
-        Some(Group { n, states }) => {
+    match groups.entry(key) {
+        Entry::Occupied(mut g) => {
+            let Group { n, states } = g.get_mut();
             *n = n.wrapping_add(diff.n);
             let mut changed = false;
             for (i, state) in states.iter_mut().enumerate() {
@@ -371,14 +373,11 @@ fn fold_states(
             debug_assert_eq!(kinds.len(), states.len());
             changed
         }
-        None => {
-            groups.insert(
-                key,
-                Group {
-                    n: diff.n,
-                    states: diff.states().collect(),
-                },
-            );
+        Entry::Vacant(v) => {
+            v.insert(Group {
+                n: diff.n,
+                states: diff.states().collect(),
+            });
             true
         }
     }
