@@ -145,10 +145,17 @@ fn hopping_row_in_open_windows(spec: ViewSpec) {
 }
 
 /// Append-mode hopping views assemble each window from its panes when it
-/// closes: near both ends of `i64`, with disorder, the two paths close the
-/// same windows with the same counts at every trigger.
+/// closes; Update-mode ones close the windows they folded pane by pane:
+/// near both ends of `i64`, with disorder, the two paths close the same
+/// windows with the same counts at every trigger.
 #[test]
 fn hopping_windows_near_the_ends_of_time_agree_on_both_paths() {
+    for output in [OutputMode::Append, OutputMode::Update] {
+        hopping_near_the_ends_of_time(output);
+    }
+}
+
+fn hopping_near_the_ends_of_time(output: OutputMode) {
     let run = |mode: thund::ExecMode, in_sql: bool| {
         let spec = ViewSpec::builder(
             "v",
@@ -159,6 +166,7 @@ fn hopping_windows_near_the_ends_of_time_agree_on_both_paths() {
             Duration::from_secs(10),
             Duration::from_secs(4),
         ))
+        .output(output)
         .mode(mode)
         .build()
         .expect("spec");
