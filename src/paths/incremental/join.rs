@@ -22,6 +22,7 @@
 //! the rows at the restored watermark, at any worker count; the dataflow's
 //! pairs of the open windows come back from that re-insertion.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -59,6 +60,9 @@ type CountedPair = ((u64, u64), i64);
 const SIDE_FILES: [&str; 2] = ["join-left", "join-right"];
 const WINDOWS_FILE: &str = "join-windows";
 
+/// Rows of the columns nothing reads kept built (see `JoinView::widen`).
+const FILLER_ROWS: usize = 1 << 16;
+
 /// The incremental runtime of a windowed join view.
 pub(crate) struct JoinView {
     view: String,
@@ -94,6 +98,10 @@ pub(crate) struct JoinView {
     /// The rest of the query as an incremental aggregate over the join's
     /// output, where it is one: it keeps the groups and emits.
     then: Option<Box<IncrementalView>>,
+    /// The columns nothing reads, by side, column and nullability: NULLs
+    /// (or the type's default) as long as the longest batch so far, sliced
+    /// to each batch instead of built again for it.
+    fillers: RefCell<FxHashMap<(usize, usize, bool), ArrayRef>>,
 }
 
 /// The watermark `w` as the aggregate a join feeds over hopping windows
@@ -292,6 +300,7 @@ impl JoinView {
             dirty: BTreeSet::new(),
             shown: BTreeMap::new(),
             closed_results: ClosedResults::default(),
+            fillers: RefCell::default(),
         })
     }
 
@@ -667,13 +676,33 @@ impl JoinView {
                 continue;
             }
             let f = field(j);
-            out.push(if f.is_nullable() {
-                arrow::array::new_null_array(f.data_type(), n)
-            } else {
-                datafusion::common::ScalarValue::new_default(f.data_type())
-                    .and_then(|v| v.to_array_of_size(n))
-                    .map_err(|e| Error::eval(&self.view, e))?
-            });
+            let key = (s, j, f.is_nullable());
+            let mut fillers = self.fillers.borrow_mut();
+            let filler = match fillers.get(&key) {
+                Some(a) if a.len() >= n => a.clone(),
+                held => {
+                    // room for twice the last length (a few builds as batches
+                    // grow), up to FILLER_ROWS kept; a longer batch builds its own
+                    let len = match n <= FILLER_ROWS {
+                        true => n
+                            .max(held.map_or(0, |a| a.len().saturating_mul(2)))
+                            .min(FILLER_ROWS),
+                        false => n,
+                    };
+                    let a = if f.is_nullable() {
+                        arrow::array::new_null_array(f.data_type(), len)
+                    } else {
+                        datafusion::common::ScalarValue::new_default(f.data_type())
+                            .and_then(|v| v.to_array_of_size(len))
+                            .map_err(|e| Error::eval(&self.view, e))?
+                    };
+                    if len <= FILLER_ROWS {
+                        fillers.insert(key, a.clone());
+                    }
+                    a
+                }
+            };
+            out.push(filler.slice(0, n));
         }
         Ok(out)
     }
