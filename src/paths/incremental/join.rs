@@ -51,7 +51,7 @@ use crate::spec::OutputMode;
 use crate::state::{operator, Export, StateFile};
 use crate::time::EventTime;
 use crate::window::late::{classify_time, Refusals};
-use crate::window::Window;
+use crate::window::{TimeWindows, Window};
 
 /// A pair of a window, `(left id, right id)`, with its multiplicity.
 type CountedPair = ((u64, u64), i64);
@@ -59,6 +59,21 @@ type CountedPair = ((u64, u64), i64);
 /// Operator names of this runtime's state files.
 const SIDE_FILES: [&str; 2] = ["join-left", "join-right"];
 const WINDOWS_FILE: &str = "join-windows";
+
+/// The windows of `t`, earliest first, kept in `run` with the times that
+/// share them ([`TimeWindows::windows_run`]): rows mostly in time order
+/// ask for their windows once per run.
+fn windows_at<'a>(
+    run: &'a mut Option<(EventTime, EventTime, Vec<Window>)>,
+    windows: &TimeWindows,
+    t: EventTime,
+) -> &'a [Window] {
+    if !run.as_ref().is_some_and(|(lo, hi, _)| *lo <= t && t < *hi) {
+        let (lo, hi) = windows.windows_run(t);
+        *run = Some((lo, hi, windows.windows_of(t).collect()));
+    }
+    run.as_ref().map_or(&[], |(_, _, w)| w.as_slice())
+}
 
 /// Rows of the columns nothing reads kept built (see `JoinView::widen`).
 const FILLER_ROWS: usize = 1 << 16;
@@ -364,12 +379,13 @@ impl JoinView {
         // the rows that join, stored once each until the last of their
         // windows closes: by that expiry
         let mut by_expiry: BTreeMap<EventTime, Vec<u32>> = BTreeMap::new();
+        let mut run = None;
         for i in 0..n {
             if !self.plan.nulls_meet && key_cols.iter().any(|c| c.is_null(i)) {
                 continue;
             }
             let t = times.value(i);
-            let Some(last) = self.plan.windows.windows_of(t).last() else {
+            let Some(&last) = windows_at(&mut run, &self.plan.windows, t).last() else {
                 continue;
             };
             if open(&last) {
@@ -386,7 +402,10 @@ impl JoinView {
             let ids = self.rows[s].push(&kept, &at, expiry)?;
             for (&i, id) in at.iter().zip(ids) {
                 let t = times.value(i as usize);
-                for window in self.plan.windows.windows_of(t).filter(open) {
+                for &window in windows_at(&mut run, &self.plan.windows, t)
+                    .iter()
+                    .filter(|w| open(w))
+                {
                     out.push(JoinRow {
                         side: side_of,
                         window,
