@@ -32,7 +32,7 @@ use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
 use thund_dataflows::{AggKind, AggState, Update, Value};
 
-use super::keys::KeyBytes;
+use super::keys::{KeyBytes, MixMap};
 use super::IncrementalView;
 use crate::error::{Error, Result};
 use crate::plan::{CompiledAgg, PerValue};
@@ -365,19 +365,14 @@ impl IncrementalView {
         let groups = self.group_keys(closed)?;
         let (heads, next) = match groups.width().filter(|&n| n <= 16) {
             // keys of one width read as big-endian integers order as their
-            // bytes do (hashed little-endian, where the bytes that differ
-            // are the low ones)
-            Some(_) => chained(
-                closed,
-                |i, u| {
-                    let b = groups.of(i, u);
-                    let mut head = [0u8; 16];
-                    head[..b.len()].copy_from_slice(b);
-                    u128::from_le_bytes(head)
-                },
-                u128::swap_bytes,
-            ),
-            None => chained(closed, |i, u| groups.of(i, u), |k| k),
+            // bytes do
+            Some(_) => chained(closed, |i, u| {
+                let b = groups.of(i, u);
+                let mut head = [0u8; 16];
+                head[..b.len()].copy_from_slice(b);
+                u128::from_be_bytes(head)
+            }),
+            None => chained(closed, |i, u| groups.of(i, u)),
         };
         heads
             .iter()
@@ -545,17 +540,17 @@ impl GroupKeys<'_> {
 const END: u32 = u32::MAX;
 
 /// `entries` (fewer than 2^32) grouped by window and `key_of` (entry index,
-/// entry): each group's first entry, in the order of windows, then `order`
-/// of keys, and each entry's next entry of its group (or [`END`]), so a
-/// group's entries are followed in the order they came.
-fn chained<K: std::hash::Hash + Eq + Copy, O: Ord>(
+/// entry): each group's first entry, in the order of windows, then keys,
+/// and each entry's next entry of its group (or [`END`]), so a group's
+/// entries are followed in the order they came.
+fn chained<K: std::hash::Hash + Ord + Copy>(
     entries: &[&Update],
     key_of: impl Fn(usize, &Update) -> K,
-    order: impl Fn(K) -> O,
 ) -> (Vec<u32>, Vec<u32>) {
     let mut heads: Vec<((Window, K), u32)> = Vec::new();
-    // per group: its last entry so far
-    let mut last: FxHashMap<(Window, K), u32> = FxHashMap::default();
+    // per group: its last entry so far (keys read as integers vary in
+    // their high bytes: hashed by `Mix`)
+    let mut last: MixMap<(Window, K), u32> = MixMap::default();
     let mut next: Vec<u32> = vec![END; entries.len()];
     for (i, u) in entries.iter().enumerate() {
         let k = (u.window, key_of(i, u));
@@ -571,7 +566,7 @@ fn chained<K: std::hash::Hash + Eq + Copy, O: Ord>(
         }
     }
     // each group once: no ties
-    heads.sort_unstable_by_key(|&((w, k), _)| (w, order(k)));
+    heads.sort_unstable_by_key(|&(k, _)| k);
     (heads.into_iter().map(|(_, first)| first).collect(), next)
 }
 
