@@ -843,6 +843,24 @@ mod tests {
         assert_eq!(df.frontier(), 4);
     }
 
+    /// Step `step`'s updates: keys 0..8 at times `step * 4 + key`, each in
+    /// its window (or pane) of `width`, every state of value `step`.
+    fn step_updates(kinds: &[AggKind], step: i64, width: i64) -> Vec<Update> {
+        (0..8u64)
+            .map(|key| {
+                let s = (step * 4 + key as i64) / width * width;
+                Update {
+                    window: Window::new(s, s + width),
+                    key,
+                    aggs: kinds
+                        .iter()
+                        .map(|&k| AggState::from_value(k, Value::Int(i128::from(step))))
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
     #[test]
     fn without_reported_changes_the_same_windows_close() {
         let kinds = vec![AggKind::Count, AggKind::MaxInt];
@@ -855,22 +873,8 @@ mod tests {
             df.report_changes(report);
             let (mut closed, mut changed) = (Vec::new(), 0);
             for step in 0..30i64 {
-                let updates = (0..8u64)
-                    .map(|key| {
-                        let t = step * 4 + key as i64;
-                        let s = if panes { t / 10 * 10 } else { t / 20 * 20 };
-                        let width = if panes { 10 } else { 20 };
-                        Update {
-                            window: Window::new(s, s + width),
-                            key,
-                            aggs: kinds
-                                .iter()
-                                .map(|&k| AggState::from_value(k, Value::Int(i128::from(step))))
-                                .collect(),
-                        }
-                    })
-                    .collect();
-                df.insert(updates).expect("insert");
+                df.insert(step_updates(&kinds, step, if panes { 10 } else { 20 }))
+                    .expect("insert");
                 let s = df.advance_to(step * 4).expect("advance");
                 changed += s.changed.len() + s.changed_panes.len();
                 closed.extend(s.closed);
@@ -902,20 +906,7 @@ mod tests {
             let mut df = WindowedAggregate::spawn(config).expect("spawn");
             let (mut closed, mut changed, mut panes) = (Vec::new(), Vec::new(), 0);
             for step in 0..30i64 {
-                let updates = (0..8u64)
-                    .map(|key| {
-                        let s = (step * 4 + key as i64) / 10 * 10;
-                        Update {
-                            window: Window::new(s, s + 10),
-                            key,
-                            aggs: kinds
-                                .iter()
-                                .map(|&k| AggState::from_value(k, Value::Int(i128::from(step))))
-                                .collect(),
-                        }
-                    })
-                    .collect();
-                df.insert(updates).expect("insert");
+                df.insert(step_updates(&kinds, step, 10)).expect("insert");
                 let s = df.advance_to(step * 4).expect("advance");
                 panes += s.changed_panes.len();
                 changed.extend(s.changed);
