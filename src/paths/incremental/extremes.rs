@@ -103,5 +103,14 @@ pub(super) fn extremes_only(
             }
         })
         .collect();
+    // a row keyed by a longer value copies its bytes: not where the copies
+    // would outgrow the column (a long least value, many short rows) or
+    // pass a 32-bit offset's limit (row-format lengths bound the values')
+    let bytes = |i: u32| value_rows.row(i as usize).data().len();
+    let before: usize = (0..n as u32).map(bytes).sum();
+    let after: usize = idx.values().iter().map(|&i| bytes(i)).sum();
+    if after > before.saturating_mul(2) || after > i32::MAX as usize {
+        return Ok(None);
+    }
     Ok(Some(take(value.as_ref(), &idx, None)?))
 }
