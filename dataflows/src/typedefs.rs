@@ -30,6 +30,10 @@ pub(crate) fn owner_hash(data: &WindowKey, by_key: bool) -> u64 {
 /// The record of the windowed-aggregate arrangement: the window is part of the key.
 pub(crate) type WindowKey = (Window, Key);
 
+/// Where contributions enter a worker's dataflow, stamped with their time: the host
+/// builds them so, and the worker hands its vectors on whole.
+pub(crate) type WindowInput = timely::dataflow::InputHandleVec<Time, (WindowKey, Time, Acc)>;
+
 /// A collection of windowed-aggregate contributions.
 pub(crate) type WindowCollection<'scope> = VecCollection<'scope, Time, WindowKey, Acc>;
 

@@ -138,9 +138,9 @@ pub struct WindowedAggregate {
     sizes: Vec<Vec<(&'static str, usize)>>,
     /// Each worker's open `(window, key)`s after the last step.
     open_groups: Vec<usize>,
-    /// Updates inserted since the last step, by the worker that owns them; sent at the
-    /// next step.
-    pending: Vec<Vec<(WindowKey, Acc)>>,
+    /// Updates inserted since the last step, by the worker that owns them, stamped with
+    /// the input's time; sent at the next step.
+    pending: Vec<Vec<(WindowKey, Time, Acc)>>,
     /// Changes observed by internal steps (snapshots), owed to the next `advance_to`.
     owed: BTreeMap<(Window, Key), Vec<AggState>>,
     /// The same for panes.
@@ -295,6 +295,7 @@ impl WindowedAggregate {
         for u in &updates {
             self.validate(u.window, &u.aggs, frontier)?;
         }
+        self.reserve(updates.len());
         for u in updates {
             self.route(u.window, u.key, &u.aggs);
         }
@@ -316,6 +317,7 @@ impl WindowedAggregate {
             });
         }
         let frontier = self.frontier();
+        self.reserve(groups.len());
         let each = || groups.iter().zip(states.chunks_exact(m.max(1)));
         if m > 0 {
             for (&(window, _), aggs) in each() {
@@ -345,7 +347,16 @@ impl WindowedAggregate {
             (owner_hash(&(window, key), by_key) % n) as usize
         };
         let acc = Acc::insert(&self.config.aggs, aggs);
-        self.pending[owner].push(((window, key), acc));
+        self.pending[owner].push(((window, key), self.time, acc));
+    }
+
+    /// Room for `n` more updates, each worker's share (routing spreads keys about evenly),
+    /// so a step's updates are not moved again and again as the vectors grow.
+    fn reserve(&mut self, n: usize) {
+        let share = n / self.pending.len() + n / 8 + 16;
+        for p in &mut self.pending {
+            p.reserve(share);
+        }
     }
 
     /// Whether updates wait for the next step.
@@ -456,9 +467,18 @@ impl WindowedAggregate {
                     open_groups,
                     error,
                 } => {
-                    closed.extend(out.closed);
-                    changed.extend(out.changed);
-                    changed_panes.extend(out.changed_panes);
+                    // one worker's vectors are taken whole, not copied
+                    for (all, part) in [
+                        (&mut closed, out.closed),
+                        (&mut changed, out.changed),
+                        (&mut changed_panes, out.changed_panes),
+                    ] {
+                        if all.is_empty() {
+                            *all = part;
+                        } else {
+                            all.extend(part);
+                        }
+                    }
                     self.sizes[w] = sizes;
                     self.open_groups[w] = open_groups;
                     if first_error.is_none() {

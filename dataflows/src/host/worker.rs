@@ -7,7 +7,6 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
 use differential_dataflow::difference::{Monoid, Semigroup};
-use differential_dataflow::input::InputSession;
 use differential_dataflow::trace::cursor::{cursor_list, CursorList};
 use differential_dataflow::trace::{Cursor, Navigable};
 use rustc_hash::FxHashMap as HashMap;
@@ -20,7 +19,7 @@ use crate::state::diff::Acc;
 use crate::state::join::{JoinRecord, JoinState, Pair};
 use crate::state::open::StepOutput;
 use crate::time::{event_time, start_of, Time};
-use crate::typedefs::{NamedTrace, WindowBatch, WindowKey};
+use crate::typedefs::{NamedTrace, WindowBatch, WindowInput, WindowKey};
 use crate::window::{expiry, EventTime, Panes, Window};
 
 /// Identifies one dataflow among those a cluster's workers host.
@@ -41,7 +40,7 @@ pub(crate) enum Command {
         trace: bool,
     },
     /// Add contributions to a dataflow at its current input time (no reply).
-    Insert(DataflowId, Vec<(WindowKey, Acc)>),
+    Insert(DataflowId, Vec<(WindowKey, Time, Acc)>),
     /// Advance a dataflow's input to the time, run until its output frontier passes it,
     /// compact, and reply [`Reply::Stepped`]; with `true`, the reply reports the open
     /// states that changed (else nothing tracks them).
@@ -281,7 +280,7 @@ pub(crate) struct WorkerEnd {
 struct Hosted {
     rendered: Rendered,
     /// `None` once the input closed (end of stream).
-    input: Option<InputSession<Time, WindowKey, Acc>>,
+    input: Option<WindowInput>,
     /// `None` once the stream ended (nothing is left to snapshot).
     trace: Option<NamedTrace>,
     panes: Option<Panes>,
@@ -340,12 +339,11 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                 );
                 Reply::Built
             }
-            Command::Insert(id, updates) => {
+            Command::Insert(id, mut updates) => {
                 if let Some(h) = hosted.get_mut(&id) {
                     if let Some(input) = h.input.as_mut() {
-                        for (key, acc) in updates {
-                            input.update(key, acc);
-                        }
+                        // stamped by the host with the input's time: handed on whole
+                        input.send_batch(&mut updates);
                     }
                 }
                 continue;
@@ -356,7 +354,6 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                     h.rendered.open.borrow_mut().track_changes(changes);
                     if let Some(input) = h.input.as_mut() {
                         input.advance_to(time);
-                        input.flush();
                     }
                     let probe = &h.rendered.probe;
                     worker.step_while(|| probe.less_than(&time) && !aborted());
@@ -369,9 +366,11 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                     // compaction passes `time`. Nothing waits in the batcher for a future end.
                     let evicted = h.rendered.open.borrow_mut().take_evictions();
                     if let Some(input) = h.input.as_mut() {
-                        for (unit, n) in evicted {
-                            input.update(unit, Acc::eviction(n));
-                        }
+                        let mut evictions: Vec<(WindowKey, Time, Acc)> = evicted
+                            .into_iter()
+                            .map(|(unit, n)| (unit, time, Acc::eviction(n)))
+                            .collect();
+                        input.send_batch(&mut evictions);
                     }
                     reply
                 }

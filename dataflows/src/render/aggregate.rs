@@ -3,7 +3,8 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use differential_dataflow::input::{Input, InputSession};
+use differential_dataflow::AsCollection;
+use timely::dataflow::operators::vec::Input;
 use timely::dataflow::ProbeHandle;
 use timely::worker::Worker;
 
@@ -12,7 +13,7 @@ use crate::state::agg::AggKind;
 use crate::state::diff::Acc;
 use crate::state::open::OpenWindows;
 use crate::time::Time;
-use crate::typedefs::{arrange, NamedTrace, WindowKey};
+use crate::typedefs::{arrange, NamedTrace, WindowInput, WindowKey};
 use crate::window::Panes;
 
 /// Name of the windowed-aggregate arrangement.
@@ -43,17 +44,14 @@ pub(crate) fn render(
     kinds: Vec<AggKind>,
     panes: Option<Panes>,
     trace: bool,
-) -> (
-    Rendered,
-    InputSession<Time, WindowKey, Acc>,
-    Option<NamedTrace>,
-) {
+) -> (Rendered, WindowInput, Option<NamedTrace>) {
     let open = Rc::new(RefCell::new(OpenWindows::new(kinds, panes)));
     let index = worker.next_dataflow_index();
     let sink = Rc::clone(&open);
     let (input, trace, probe) =
         worker.dataflow_named::<Time, _, _>("thund-windowed-aggregate", |scope| {
-            let (input, contributions) = scope.new_collection::<WindowKey, Acc>();
+            let (input, stream) = scope.new_input::<(WindowKey, Time, Acc)>();
+            let contributions = stream.as_collection();
             if !trace {
                 let probe = fold_changes(contributions, sink, panes.is_some());
                 return (input, None, probe);

@@ -19,6 +19,8 @@ use crate::window::{expiry, EventTime, Key, Panes, Window};
 struct Group {
     n: i64,
     states: Vec<AggState>,
+    /// Listed in [`OpenWindows::changed`] since the last step.
+    listed: bool,
 }
 
 /// Current states of a worker's open `(window, key)`s, ordered by window end.
@@ -27,8 +29,9 @@ pub(crate) struct OpenWindows {
     kinds: Vec<AggKind>,
     /// `(end, start) -> key -> states`.
     by_end: BTreeMap<(EventTime, EventTime), HashMap<Key, Group>>,
-    /// `(window, key)`s whose state changed since the last [`OpenWindows::take_step`].
-    changed: HashSet<WindowKey>,
+    /// `(window, key)`s whose state changed since the last [`OpenWindows::take_step`], each
+    /// once (its group is marked [`Group::listed`]).
+    changed: Vec<WindowKey>,
     /// With panes: the geometry, the states of the open panes (by expiry, start), and the
     /// `(pane, key)`s that changed since the last step.
     panes: Option<Panes>,
@@ -75,7 +78,7 @@ impl OpenWindows {
         OpenWindows {
             kinds,
             by_end: BTreeMap::new(),
-            changed: HashSet::default(),
+            changed: Vec::new(),
             panes,
             panes_by_expiry: BTreeMap::new(),
             changed_panes: HashSet::default(),
@@ -110,7 +113,7 @@ impl OpenWindows {
         // from), then, when changes are tracked, every open window holding it
         let ends = (expiry(self.panes, unit), unit.start);
         let pane = self.panes_by_expiry.entry(ends).or_default();
-        if fold_states(&self.kinds, pane, key, diff, unit, &mut self.error)
+        if fold_states(&self.kinds, pane, key, diff, unit, &mut self.error, false)
             && self.track
             && self.panes_reported
         {
@@ -133,8 +136,18 @@ impl OpenWindows {
             .by_end
             .entry((window.end, window.start))
             .or_insert_with(|| HashMap::with_capacity_and_hasher(hint, Default::default()));
-        if fold_states(&self.kinds, groups, key, diff, window, &mut self.error) && self.track {
-            self.changed.insert((window, key));
+        let track = self.track;
+        if fold_states(
+            &self.kinds,
+            groups,
+            key,
+            diff,
+            window,
+            &mut self.error,
+            track,
+        ) && track
+        {
+            self.changed.push((window, key));
         }
     }
 
@@ -304,15 +317,17 @@ impl OpenWindows {
                 });
             }
         }
-        for (window, key) in self.changed.drain() {
+        out.changed.reserve(self.changed.len());
+        for (window, key) in self.changed.drain(..) {
             if window.end <= frontier {
                 continue;
             }
             if let Some(g) = self
                 .by_end
-                .get(&(window.end, window.start))
-                .and_then(|g| g.get(&key))
+                .get_mut(&(window.end, window.start))
+                .and_then(|g| g.get_mut(&key))
             {
+                g.listed = false;
                 out.changed.push(Update {
                     window,
                     key,
@@ -342,8 +357,10 @@ impl OpenWindows {
     }
 }
 
-/// Folds `diff` into `key`'s states in `groups`; whether they changed. An error is kept
-/// in `error` (with `window` as its context); the states are then unspecified.
+/// Folds `diff` into `key`'s states in `groups`; whether they changed, or with `list`,
+/// whether they changed and were not yet listed as changed (they then are: the caller
+/// lists them). An error is kept in `error` (with `window` as its context); the states
+/// are then unspecified.
 fn fold_states(
     kinds: &[AggKind],
     groups: &mut HashMap<Key, Group>,
@@ -351,10 +368,11 @@ fn fold_states(
     diff: &Acc,
     window: Window,
     error: &mut Option<Error>,
+    list: bool,
 ) -> bool {
     match groups.entry(key) {
         Entry::Occupied(mut g) => {
-            let Group { n, states } = g.get_mut();
+            let Group { n, states, listed } = g.get_mut();
             *n = n.wrapping_add(diff.n);
             let mut changed = false;
             for (i, state) in states.iter_mut().enumerate() {
@@ -371,12 +389,18 @@ fn fold_states(
                 }
             }
             debug_assert_eq!(kinds.len(), states.len());
-            changed
+            if !list {
+                return changed;
+            }
+            let first = changed && !*listed;
+            *listed |= changed;
+            first
         }
         Entry::Vacant(v) => {
             v.insert(Group {
                 n: diff.n,
                 states: diff.states().collect(),
+                listed: list,
             });
             true
         }
@@ -400,6 +424,7 @@ fn merge_group(
                 Group {
                     n: g.n,
                     states: g.states.clone(),
+                    listed: false,
                 },
             );
         }
