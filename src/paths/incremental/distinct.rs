@@ -241,6 +241,56 @@ impl DistinctGroups {
         Ok((g as u32, again))
     }
 
+    /// Whether entries of `window` are held (it was open at the last step).
+    pub(super) fn holds(&self, window: &Window) -> bool {
+        self.by_window.contains_key(window)
+    }
+
+    /// Drops the updates (`keys[i]` with states `states[i * m..(i + 1) * m]`,
+    /// `m` the aggregates) that cannot change what is held: an entry held
+    /// already, where each aggregate kept per value either takes no row or
+    /// counts its value already, and every other aggregate takes no row. The
+    /// stream only adds rows, so a value that counts in a window counts until
+    /// it closes; the dataflow's own count of its rows is then of no use.
+    pub(super) fn drop_known(&self, keys: &mut Vec<(Window, u64)>, states: &mut Vec<AggState>) {
+        let l = &self.layout;
+        let m = l.kept.len();
+        if m == 0 || states.len() != keys.len() * m {
+            return;
+        }
+        let known = |w: &WindowGroups, key: u64, st: &[AggState]| {
+            let Some(&(_, slot)) = w.entries.get(&key) else {
+                return false;
+            };
+            let seen = &w.seen[slot as usize * l.seen..(slot as usize + 1) * l.seen];
+            l.kept.iter().zip(st).all(|(kept, s)| match *kept {
+                Kept::Seen(b) => s.count <= 0 || seen[b / 64] >> (b % 64) & 1 == 1,
+                Kept::Count(_) | Kept::State(_) => s.count == 0,
+            })
+        };
+        let mut run: Option<(Window, Option<&WindowGroups>)> = None;
+        let mut kept = 0;
+        for i in 0..keys.len() {
+            let (window, key) = keys[i];
+            let w = match run {
+                Some((at, w)) if at == window => w,
+                _ => {
+                    let w = self.by_window.get(&window);
+                    run = Some((window, w));
+                    w
+                }
+            };
+            if w.is_some_and(|w| known(w, key, &states[i * m..(i + 1) * m])) {
+                continue;
+            }
+            keys[kept] = keys[i];
+            states.copy_within(i * m..(i + 1) * m, kept * m);
+            kept += 1;
+        }
+        keys.truncate(kept);
+        states.truncate(kept * m);
+    }
+
     /// A window closed: its groups go.
     pub(super) fn close(&mut self, window: &Window) {
         if let Some(w) = self.by_window.remove(window) {

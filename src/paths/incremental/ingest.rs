@@ -8,8 +8,8 @@
 
 use arrow::array::AsArray;
 use arrow::array::{
-    make_array, Array, ArrayRef, BinaryArray, BooleanArray, Decimal128Array, Float64Array,
-    Int64Array, RecordBatch, UInt64Array, UInt8Array,
+    make_array, new_null_array, Array, ArrayRef, BinaryArray, BooleanArray, Decimal128Array,
+    Float64Array, Int64Array, RecordBatch, UInt64Array, UInt8Array,
 };
 use arrow::buffer::NullBuffer;
 use arrow::compute::{cast, filter_record_batch};
@@ -579,6 +579,51 @@ impl IncrementalView {
             .map_err(|err| Error::eval(&self.view, err))
     }
 
+    /// Whether a batch's rows (`times`, those `pass` lets through) split
+    /// their entries: each row's aggregates kept per value fold into its
+    /// value's entry, the others into its group's entry (the value NULL, for
+    /// several arguments the first's), so an entry whose value counts already
+    /// need not be sent again (`DistinctGroups::drop_known`). Only where
+    /// Update or Complete mode holds the window's entries, every row is in
+    /// that one tumbling window, and the entries are plain (no sessions, no
+    /// later stage, no top rows, no least and greatest values, a group key):
+    /// a batch of windows opening now makes an entry per value anyway, and
+    /// the group's entry would be one more.
+    fn splits(&self, times: &[EventTime], pass: &[bool]) -> bool {
+        let Some(store) = &self.distinct else {
+            return false;
+        };
+        if self.config.panes.is_some()
+            || self.plan.keeps_refused_rows()
+            || self.plan.extremes_per_value()
+            || self.pruner.is_some()
+            || self.plan.group_keys == 0
+        {
+            return false;
+        }
+        let mut through = times.iter().zip(pass).filter(|(_, p)| **p).map(|(t, _)| *t);
+        let Some(first) = through.next() else {
+            return false;
+        };
+        let (lo, hi) = through.fold((first, first), |(lo, hi), t| (lo.min(t), hi.max(t)));
+        let window = self.plan.windows.last_window(lo);
+        window == self.plan.windows.last_window(hi) && store.holds(&window)
+    }
+
+    /// The key columns of the group entries of `n` rows with dataflow keys
+    /// `keys`: the group keys, the first argument's index with several, and
+    /// a NULL value.
+    fn group_entry_columns(&self, keys: &[ArrayRef], n: usize) -> Vec<ArrayRef> {
+        let mut cols = keys[..self.plan.group_keys].to_vec();
+        if self.plan.tagged.is_some() {
+            cols.push(Arc::new(UInt8Array::from_value(0, n)));
+        }
+        if let Some(value) = self.plan.key_fields.last() {
+            cols.push(new_null_array(value.data_type(), n));
+        }
+        cols
+    }
+
     /// With several arguments kept per value, the key columns of argument
     /// `tag`'s entries: the group keys' `groups`, `tag`, that argument's values.
     fn argument_key_columns(
@@ -684,6 +729,7 @@ impl IncrementalView {
         let shards = self.keys.shards_mut().len();
         // the last trigger's buffers, emptied
         let mut groups = std::mem::take(&mut self.scratch);
+        let mut split_any = false;
         groups.resize_with(shards, Groups::default);
         groups.iter_mut().for_each(Groups::clear);
         for mut o in on_time {
@@ -721,6 +767,8 @@ impl IncrementalView {
             }
             let batch = &o.batch;
             let n = batch.num_rows();
+            let split = self.splits(o.times.values(), &pass);
+            split_any |= split;
             // the keys and arguments evaluated once per batch
             let mut keys = match &self.converter {
                 None => Vec::new(),
@@ -750,14 +798,20 @@ impl IncrementalView {
                         .map_err(|e| Error::eval(&view, e))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            // one entry per row, or with several arguments kept per value one per argument
+            // one entry per row, or with several arguments kept per value one per argument;
+            // split, the aggregates not kept per value in one more entry per row, its group's
             let tags = self.plan.tagged.as_ref().map_or(1, |t| t.args.len());
-            for tag in 0..tags {
+            for tag in 0..tags + usize::from(split) {
+                let group_entry = tag == tags;
                 let key_rows = match &self.converter {
                     None => None,
                     Some(conv) => {
                         let tagged;
                         let cols = match &self.plan.tagged {
+                            _ if group_entry => {
+                                tagged = self.group_entry_columns(&keys, n);
+                                &tagged
+                            }
                             None => &keys,
                             Some(t) => {
                                 tagged = self.argument_key_columns(t, &keys, batch, tag)?;
@@ -773,8 +827,12 @@ impl IncrementalView {
                 let mut args = Vec::with_capacity(m);
                 for (a, arr) in folds.first.iter().map(|&j| &self.plan.aggs[j]).zip(&arrs) {
                     let arr = arr.clone();
-                    let only = if a.tag != tag {
-                        // another argument's entries fold it
+                    let elsewhere = match group_entry {
+                        true => a.per_value.is_some(),
+                        // another argument's entries fold it, or the group's
+                        false => a.tag != tag || (split && a.per_value.is_none()),
+                    };
+                    let only = if elsewhere {
                         Some(NullBuffer::new_null(n))
                     } else {
                         a.filter
@@ -879,6 +937,9 @@ impl IncrementalView {
                     states.extend(st);
                 }
             }
+        }
+        if let (Some(store), true) = (&self.distinct, split_any) {
+            store.drop_known(&mut keys, &mut states);
         }
         if keys.is_empty() {
             return Ok(());

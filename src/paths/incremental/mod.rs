@@ -102,7 +102,7 @@ fn key_converter(plan: &CompiledAggregate) -> Result<Option<RowConverter>> {
 }
 
 /// Which aggregates fold the same state: same kind, same argument, same
-/// `FILTER`, same entries (`SUM(v)` and `AVG(v)` both keep `(count, sum)` of `v`). The host folds each distinct
+/// `FILTER`, same entries, both kept per value or neither (`SUM(v)` and `AVG(v)` both keep `(count, sum)` of `v`). The host folds each distinct
 /// state once per row and hands it to every aggregate that shares it.
 struct Folds {
     /// The first aggregate of each distinct state, in plan order.
@@ -123,6 +123,7 @@ impl Folds {
                     let b = &plan.aggs[d];
                     b.kind == a.kind
                         && b.tag == a.tag
+                        && b.per_value.is_some() == a.per_value.is_some()
                         && b.arg.as_ref() == a.arg.as_ref()
                         && match (&b.filter, &a.filter) {
                             (None, None) => true,
