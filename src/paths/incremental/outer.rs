@@ -13,7 +13,7 @@
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::row::{RowConverter, SortField};
 use datafusion::datasource::TableProvider;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use thund_dataflows::{AggKind, AggState, Update, Value};
 
 use super::ingest::true_rows;
@@ -31,6 +31,7 @@ type OuterGroups = FxHashMap<Box<[u8]>, OuterGroup>;
 /// What one inner group's row below adds to its outer group: the outer
 /// group's key, and per aggregate the value it folds (`None`: it feeds
 /// that aggregate nothing; a `COUNT` folds 1).
+#[derive(PartialEq)]
 struct Contribution {
     key: Box<[u8]>,
     values: Vec<Option<i128>>,
@@ -142,14 +143,22 @@ impl IncrementalView {
                     win
                 }
             };
+            let refs: Vec<&Update> = ups.iter().collect();
+            let fresh = self.contributions(post, run, plan, &refs)?;
+            // an inner group whose row below adds what it added before moves
+            // nothing (a MAX that stayed, its count grown)
+            let same: FxHashSet<u64> = fresh
+                .iter()
+                .filter(|(k, c)| win.of.get(k) == Some(c))
+                .map(|(k, _)| *k)
+                .collect();
             let mut before = FxHashMap::default();
-            for u in ups {
+            for u in ups.iter().filter(|u| !same.contains(&u.key)) {
                 if let Some(c) = win.of.remove(&u.key) {
                     self.add(plan, w, &mut win.groups, &c, -1, Some(&mut before))?;
                 }
             }
-            let ups: Vec<&Update> = ups.iter().collect();
-            for (k, c) in self.contributions(post, run, plan, &ups)? {
+            for (k, c) in fresh.into_iter().filter(|(k, _)| !same.contains(k)) {
                 self.add(plan, w, &mut win.groups, &c, 1, Some(&mut before))?;
                 win.of.insert(k, c);
             }
