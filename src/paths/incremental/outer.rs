@@ -11,7 +11,7 @@
 //! and the rows its close evaluates the whole rest over.
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
-use arrow::row::{RowConverter, SortField};
+use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::datasource::TableProvider;
 use rustc_hash::{FxHashMap, FxHashSet};
 use thund_dataflows::{AggKind, AggState, Update, Value};
@@ -31,10 +31,50 @@ type OuterGroups = FxHashMap<Box<[u8]>, OuterGroup>;
 /// What one inner group's row below adds to its outer group: the outer
 /// group's key, and per aggregate the value it folds (`None`: it feeds
 /// that aggregate nothing; a `COUNT` folds 1).
-#[derive(PartialEq)]
 struct Contribution {
     key: Box<[u8]>,
     values: Vec<Option<i128>>,
+}
+
+/// The contributions of some inner groups, read from their rows below:
+/// `inner[i]`'s is the outer key `keys.row(i)` and each argument's value at
+/// `i` (built into a [`Contribution`] only where it is kept).
+#[derive(Default)]
+struct Fresh {
+    inner: Vec<u64>,
+    keys: Option<Rows>,
+    args: Vec<super::ingest::Arg>,
+}
+
+impl Fresh {
+    fn value(arg: &super::ingest::Arg, i: usize) -> Option<i128> {
+        match arg.nulls() {
+            Some(v) if v.is_null(i) => None,
+            _ => arg.int_at(i),
+        }
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        self.keys.as_ref().map_or(&[], |k| k.row(i).data())
+    }
+
+    /// Whether row `i` adds what `c` adds.
+    fn is(&self, i: usize, c: &Contribution) -> bool {
+        *c.key == *self.key(i)
+            && c.values.len() == self.args.len()
+            && self
+                .args
+                .iter()
+                .zip(&c.values)
+                .all(|(a, v)| Fresh::value(a, i) == *v)
+    }
+
+    fn build(&self, i: usize) -> Contribution {
+        Contribution {
+            key: self.key(i).into(),
+            values: self.args.iter().map(|a| Fresh::value(a, i)).collect(),
+        }
+    }
 }
 
 /// The outer aggregate of a post stage, as Update mode keeps it.
@@ -136,9 +176,11 @@ impl IncrementalView {
                 None => {
                     let mut win = OuterWindow::default();
                     let open = super::post::open_groups(&self.open, w);
-                    for (k, c) in self.contributions(post, run, plan, &open)? {
+                    let fresh = self.contributions(post, run, plan, &open)?;
+                    for i in 0..fresh.inner.len() {
+                        let c = fresh.build(i);
                         self.add(plan, w, &mut win.groups, &c, 1, None)?;
-                        win.of.insert(k, c);
+                        win.of.insert(fresh.inner[i], c);
                     }
                     win
                 }
@@ -146,21 +188,20 @@ impl IncrementalView {
             let refs: Vec<&Update> = ups.iter().collect();
             let fresh = self.contributions(post, run, plan, &refs)?;
             // an inner group whose row below adds what it added before moves
-            // nothing (a MAX that stayed, its count grown)
-            let same: FxHashSet<u64> = fresh
-                .iter()
-                .filter(|(k, c)| win.of.get(k) == Some(c))
-                .map(|(k, _)| *k)
-                .collect();
+            // nothing (a MAX that stayed, its count grown), and is not built
+            let (same, moved): (Vec<usize>, Vec<usize>) = (0..fresh.inner.len())
+                .partition(|&i| win.of.get(&fresh.inner[i]).is_some_and(|c| fresh.is(i, c)));
+            let same: FxHashSet<u64> = same.into_iter().map(|i| fresh.inner[i]).collect();
             let mut before = FxHashMap::default();
             for u in ups.iter().filter(|u| !same.contains(&u.key)) {
                 if let Some(c) = win.of.remove(&u.key) {
                     self.add(plan, w, &mut win.groups, &c, -1, Some(&mut before))?;
                 }
             }
-            for (k, c) in fresh.into_iter().filter(|(k, _)| !same.contains(k)) {
+            for i in moved {
+                let c = fresh.build(i);
                 self.add(plan, w, &mut win.groups, &c, 1, Some(&mut before))?;
-                win.of.insert(k, c);
+                win.of.insert(fresh.inner[i], c);
             }
             win.groups.retain(|_, g| g.rows > 0);
             let was: Vec<(&[u8], &OuterGroup)> = before
@@ -181,19 +222,19 @@ impl IncrementalView {
     }
 
     /// What the rows below of window `w`'s `groups` (those shown) add to
-    /// the outer groups, by inner group key id.
+    /// the outer groups, by inner group key id (read, not yet built).
     fn contributions<G: GroupStates>(
         &self,
         post: &super::post::PostRun,
         run: &OuterRun,
         plan: &OuterPlan,
         groups: &[G],
-    ) -> Result<Vec<(u64, Contribution)>> {
+    ) -> Result<Fresh> {
         let view = &self.view;
         let shown = self.shown(groups);
         let table = self.groups_table(post, &shown)?;
         if table.num_rows() == 0 {
-            return Ok(Vec::new());
+            return Ok(Fresh::default());
         }
         let (rows, from) = plan.below.run(table).map_err(|e| Error::eval(view, e))?;
         let n = rows.num_rows();
@@ -226,22 +267,12 @@ impl IncrementalView {
                 self.arg(a, arg, only)
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok((0..n)
-            .map(|i| {
-                let values = args
-                    .iter()
-                    .map(|arg| match arg.nulls() {
-                        Some(v) if v.is_null(i) => None,
-                        _ => arg.int_at(i),
-                    })
-                    .collect();
-                let c = Contribution {
-                    key: keys.row(i).data().into(),
-                    values,
-                };
-                (shown[from[i] as usize].key(), c)
-            })
-            .collect())
+        let inner = from.iter().map(|&f| shown[f as usize].key()).collect();
+        Ok(Fresh {
+            inner,
+            keys: Some(keys),
+            args,
+        })
     }
 
     /// The rest above the outer aggregate over window `w`'s outer `groups`.
