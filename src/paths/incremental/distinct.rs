@@ -246,6 +246,29 @@ impl DistinctGroups {
         self.by_window.contains_key(window)
     }
 
+    /// The bit aggregate `j`'s values count by in an entry, if it is kept
+    /// per value.
+    pub(super) fn seen_bit(&self, j: usize) -> Option<usize> {
+        match self.layout.kept.get(j) {
+            Some(Kept::Seen(b)) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// Whether `window` holds entry `key` with every bit of `bits` set (its
+    /// value counts already for those aggregates kept per value).
+    pub(super) fn counted(&self, window: &Window, key: u64, bits: &[usize]) -> bool {
+        let l = &self.layout;
+        let Some(w) = self.by_window.get(window) else {
+            return false;
+        };
+        let Some(&(_, slot)) = w.entries.get(&key) else {
+            return false;
+        };
+        let seen = &w.seen[slot as usize * l.seen..(slot as usize + 1) * l.seen];
+        bits.iter().all(|&b| seen[b / 64] >> (b % 64) & 1 == 1)
+    }
+
     /// Drops the updates (`keys[i]` with states `states[i * m..(i + 1) * m]`,
     /// `m` the aggregates) that cannot change what is held: an entry held
     /// already, where each aggregate kept per value either takes no row or

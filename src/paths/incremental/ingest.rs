@@ -579,7 +579,7 @@ impl IncrementalView {
             .map_err(|err| Error::eval(&self.view, err))
     }
 
-    /// Whether a batch's rows (`times`, those `pass` lets through) split
+    /// The window in which a batch's rows (`times`, those `pass` lets through) split
     /// their entries: each row's aggregates kept per value fold into its
     /// value's entry, the others into its group's entry (the value NULL, for
     /// several arguments the first's), so an entry whose value counts already
@@ -589,25 +589,68 @@ impl IncrementalView {
     /// later stage, no top rows, no least and greatest values, a group key):
     /// a batch of windows opening now makes an entry per value anyway, and
     /// the group's entry would be one more.
-    fn splits(&self, times: &[EventTime], pass: &[bool]) -> bool {
-        let Some(store) = &self.distinct else {
-            return false;
-        };
+    fn splits(&self, times: &[EventTime], pass: &[bool]) -> Option<Window> {
+        let store = self.distinct.as_ref()?;
         if self.config.panes.is_some()
             || self.plan.keeps_refused_rows()
             || self.plan.extremes_per_value()
             || self.pruner.is_some()
             || self.plan.group_keys == 0
         {
-            return false;
+            return None;
         }
         let mut through = times.iter().zip(pass).filter(|(_, p)| **p).map(|(t, _)| *t);
-        let Some(first) = through.next() else {
-            return false;
-        };
+        let first = through.next()?;
         let (lo, hi) = through.fold((first, first), |(lo, hi), t| (lo.min(t), hi.max(t)));
         let window = self.plan.windows.last_window(lo);
-        window == self.plan.windows.last_window(hi) && store.holds(&window)
+        (window == self.plan.windows.last_window(hi) && store.holds(&window)).then_some(window)
+    }
+
+    /// Of the rows `pass` lets through, those whose value's entry (their
+    /// key `r`, argument `tag`) `window` does not hold as counted already
+    /// for every aggregate kept per value the row feeds (`args`, by fold).
+    fn unknown_values(
+        &self,
+        store: &super::distinct::DistinctGroups,
+        window: Window,
+        r: &KeyRows,
+        args: &[Arg],
+        tag: usize,
+        pass: &[bool],
+    ) -> Vec<bool> {
+        // by fold: the bits of the aggregates kept per value it feeds
+        let feeds: Vec<(&Arg, Vec<usize>)> = args
+            .iter()
+            .enumerate()
+            .map(|(x, arg)| {
+                let bits = (self.folds.column_of.iter().enumerate())
+                    .filter(|&(j, &c)| c == x && self.plan.aggs[j].tag == tag)
+                    .filter_map(|(j, _)| store.seen_bit(j))
+                    .collect();
+                (arg, bits)
+            })
+            .filter(|(_, bits): &(&Arg, Vec<usize>)| !bits.is_empty())
+            .collect();
+        let mut bits: Vec<usize> = Vec::new();
+        pass.iter()
+            .enumerate()
+            .map(|(i, &p)| {
+                if !p {
+                    return false;
+                }
+                bits.clear();
+                for (arg, b) in &feeds {
+                    if !arg.nulls().is_some_and(|v| v.is_null(i)) {
+                        bits.extend_from_slice(b);
+                    }
+                }
+                let (packed, bytes) = r.get(i);
+                !self
+                    .keys
+                    .lookup(packed, bytes)
+                    .is_some_and(|id| store.counted(&window, id, &bits))
+            })
+            .collect()
     }
 
     /// The key columns of the group entries of `n` rows with dataflow keys
@@ -767,7 +810,8 @@ impl IncrementalView {
             }
             let batch = &o.batch;
             let n = batch.num_rows();
-            let split = self.splits(o.times.values(), &pass);
+            let held = self.splits(o.times.values(), &pass);
+            let split = held.is_some();
             split_any |= split;
             // the keys and arguments evaluated once per batch
             let mut keys = match &self.converter {
@@ -842,6 +886,16 @@ impl IncrementalView {
                     };
                     args.push(self.arg(a, arr, only)?);
                 }
+                // split, a row whose value counts already for each aggregate kept per
+                // value it feeds adds nothing to its value's entry: not folded
+                let unknown;
+                let pass_here: &[bool] = match (held, &key_rows, &self.distinct) {
+                    (Some(window), Some(r), Some(store)) if !group_entry => {
+                        unknown = self.unknown_values(store, window, r, &args, tag, &pass);
+                        &unknown
+                    }
+                    _ => &pass,
+                };
                 // each shard's rows, found once (a global aggregate's rows are all shard 0's)
                 let mut rows_of: Vec<Vec<usize>> = Vec::new();
                 if let (Some(r), true) = (&key_rows, shards > 1) {
@@ -852,7 +906,7 @@ impl IncrementalView {
                     }
                 }
                 let b = Batch {
-                    pass: &pass,
+                    pass: pass_here,
                     key_rows: key_rows.as_ref(),
                     rows_of: &rows_of,
                     times: o.times.values(),

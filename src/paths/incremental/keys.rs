@@ -324,6 +324,18 @@ pub(super) struct KeyDictionary {
 }
 
 impl KeyDictionary {
+    /// The id of a key held: by its [`packed`] form `p`, else its `key` bytes.
+    fn lookup(&self, p: Option<u128>, key: &[u8]) -> Option<u64> {
+        match p {
+            Some(p) => self.short.get(&p),
+            None => match packed_mid(key) {
+                Some(m) => self.mid.get(&m),
+                None => self.ids.get(key),
+            },
+        }
+        .copied()
+    }
+
     /// The id of `key`, seen in a window ending at `end`.
     pub(super) fn intern(&mut self, key: &[u8], end: EventTime) -> u64 {
         let short = packed(key);
@@ -549,6 +561,16 @@ impl Keys {
     /// The id of shard `shard`'s local id `local`.
     pub(super) fn id(local: u64, shard: usize, n: usize) -> u64 {
         local * n as u64 + shard as u64
+    }
+
+    /// The id of a key held, if it is: by its [`packed`] form `p` (its bytes
+    /// are then not read), else its `key` bytes.
+    pub(super) fn lookup(&self, p: Option<u128>, key: &[u8]) -> Option<u64> {
+        let n = self.shards.len();
+        let s = shard_of(p, key, n);
+        self.shards[s]
+            .lookup(p, key)
+            .map(|local| Self::id(local, s, n))
     }
 
     /// The id of `key`, seen in a window ending at `end`.
