@@ -229,7 +229,7 @@ impl DistinctGroups {
                     states[i] = *new;
                 }
                 // a value joins the group's values when its count turns positive
-                (Kept::Seen(b), _) if seen[b / 64] >> (b % 64) & 1 == 1 || new.count <= 0 => {}
+                (Kept::Seen(b), _) if bit(seen, b) || new.count <= 0 => {}
                 (Kept::Seen(b), p) => {
                     seen[b / 64] |= 1 << (b % 64);
                     if let Some(p) = p {
@@ -266,52 +266,7 @@ impl DistinctGroups {
             return false;
         };
         let seen = &w.seen[slot as usize * l.seen..(slot as usize + 1) * l.seen];
-        bits.iter().all(|&b| seen[b / 64] >> (b % 64) & 1 == 1)
-    }
-
-    /// Drops the updates (`keys[i]` with states `states[i * m..(i + 1) * m]`,
-    /// `m` the aggregates) that cannot change what is held: an entry held
-    /// already, where each aggregate kept per value either takes no row or
-    /// counts its value already, and every other aggregate takes no row. The
-    /// stream only adds rows, so a value that counts in a window counts until
-    /// it closes; the dataflow's own count of its rows is then of no use.
-    pub(super) fn drop_known(&self, keys: &mut Vec<(Window, u64)>, states: &mut Vec<AggState>) {
-        let l = &self.layout;
-        let m = l.kept.len();
-        if m == 0 || states.len() != keys.len() * m {
-            return;
-        }
-        let known = |w: &WindowGroups, key: u64, st: &[AggState]| {
-            let Some(&(_, slot)) = w.entries.get(&key) else {
-                return false;
-            };
-            let seen = &w.seen[slot as usize * l.seen..(slot as usize + 1) * l.seen];
-            l.kept.iter().zip(st).all(|(kept, s)| match *kept {
-                Kept::Seen(b) => s.count <= 0 || seen[b / 64] >> (b % 64) & 1 == 1,
-                Kept::Count(_) | Kept::State(_) => s.count == 0,
-            })
-        };
-        let mut run: Option<(Window, Option<&WindowGroups>)> = None;
-        let mut kept = 0;
-        for i in 0..keys.len() {
-            let (window, key) = keys[i];
-            let w = match run {
-                Some((at, w)) if at == window => w,
-                _ => {
-                    let w = self.by_window.get(&window);
-                    run = Some((window, w));
-                    w
-                }
-            };
-            if w.is_some_and(|w| known(w, key, &states[i * m..(i + 1) * m])) {
-                continue;
-            }
-            keys[kept] = keys[i];
-            states.copy_within(i * m..(i + 1) * m, kept * m);
-            kept += 1;
-        }
-        keys.truncate(kept);
-        states.truncate(kept * m);
+        bits.iter().all(|&b| bit(seen, b))
     }
 
     /// A window closed: its groups go.
@@ -331,6 +286,11 @@ impl DistinctGroups {
             .get(window)
             .and_then(|w| w.groups.get(g as usize))
     }
+}
+
+/// Bit `b` of `words`.
+fn bit(words: &[u64], b: usize) -> bool {
+    words[b / 64] >> (b % 64) & 1 == 1
 }
 
 /// What an entry's new state adds to its old one, as a state its group's

@@ -582,8 +582,8 @@ impl IncrementalView {
     /// The window in which a batch's rows (`times`, those `pass` lets through) split
     /// their entries: each row's aggregates kept per value fold into its
     /// value's entry, the others into its group's entry (the value NULL, for
-    /// several arguments the first's), so an entry whose value counts already
-    /// need not be sent again (`DistinctGroups::drop_known`). Only where
+    /// several arguments the first's), so a row whose value counts already
+    /// need not be folded (see [`Self::unknown_values`]). Only where
     /// Update or Complete mode holds the window's entries, every row is in
     /// that one tumbling window, and the entries are plain (no sessions, no
     /// later stage, no top rows, no least and greatest values, a group key):
@@ -772,7 +772,6 @@ impl IncrementalView {
         let shards = self.keys.shards_mut().len();
         // the last trigger's buffers, emptied
         let mut groups = std::mem::take(&mut self.scratch);
-        let mut split_any = false;
         groups.resize_with(shards, Groups::default);
         groups.iter_mut().for_each(Groups::clear);
         for mut o in on_time {
@@ -812,7 +811,6 @@ impl IncrementalView {
             let n = batch.num_rows();
             let held = self.splits(o.times.values(), &pass);
             let split = held.is_some();
-            split_any |= split;
             // the keys and arguments evaluated once per batch
             let mut keys = match &self.converter {
                 None => Vec::new(),
@@ -991,9 +989,6 @@ impl IncrementalView {
                     states.extend(st);
                 }
             }
-        }
-        if let (Some(store), true) = (&self.distinct, split_any) {
-            store.drop_known(&mut keys, &mut states);
         }
         if keys.is_empty() {
             return Ok(());
