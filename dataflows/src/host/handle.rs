@@ -9,6 +9,7 @@ use super::worker::{lower, next_time, out_of_turn, Chunk, Command, DataflowId, R
 use crate::error::{Error, Result};
 use crate::state::agg::{AggKind, AggState, Update};
 use crate::state::diff::Acc;
+use crate::state::open::MAX_SPARE;
 use crate::time::{event_time, start_of, Time};
 use crate::typedefs::{owner_hash, WindowKey};
 use crate::window::{expiry, EventTime, Key, Panes, Window};
@@ -150,6 +151,9 @@ pub struct WindowedAggregate {
     /// Whether steps report the open states that changed (see
     /// [`report_changes`](Self::report_changes)).
     report_changes: bool,
+    /// State vectors handed back by [`recycle`](Self::recycle), for the workers to fill
+    /// at the next step.
+    spare: Vec<Vec<AggState>>,
 }
 
 impl std::fmt::Debug for WindowedAggregate {
@@ -202,6 +206,7 @@ impl WindowedAggregate {
             owed_panes: BTreeMap::new(),
             poisoned: None,
             report_changes: true,
+            spare: Vec::new(),
             config,
         };
         let (kinds, panes, trace) = (df.config.aggs.clone(), df.config.panes, df.config.trace);
@@ -439,6 +444,32 @@ impl WindowedAggregate {
         })
     }
 
+    /// Takes back a state vector of a [`Step`] the caller is done with: the workers fill
+    /// it again at a later step instead of allocating one (and the caller's thread does not
+    /// free memory the workers' threads allocated, which general-purpose allocators make
+    /// costly). Optional: a step's vectors may as well be dropped.
+    pub fn recycle(&mut self, mut states: Vec<AggState>) {
+        if states.capacity() >= self.config.aggs.len()
+            && states.capacity() > 0
+            && self.spare.len() < MAX_SPARE * self.config.workers
+        {
+            states.clear();
+            self.spare.push(states);
+        }
+    }
+
+    /// [`recycle`](Self::recycle) for every state vector of `step`.
+    pub fn recycle_step(&mut self, step: Step) {
+        for u in step
+            .closed
+            .into_iter()
+            .chain(step.changed)
+            .chain(step.changed_panes)
+        {
+            self.recycle(u.aggs);
+        }
+    }
+
     /// The time of a step that does not move the watermark.
     fn next_time(&self) -> Result<Time> {
         next_time(self.time)
@@ -449,8 +480,16 @@ impl WindowedAggregate {
     #[allow(clippy::type_complexity)]
     fn step(&mut self, target: Option<Time>) -> Result<(Vec<Update>, Vec<Update>, Vec<Update>)> {
         let (id, changes) = (self.id, self.report_changes);
-        let replies = self.round(|_| match target {
-            Some(t) => Command::Advance(id, t, changes),
+        // the spare state vectors, shared out among the workers
+        let n = self.config.workers;
+        let mut spare = std::mem::take(&mut self.spare);
+        let mut shares: Vec<Vec<Vec<AggState>>> = (0..n)
+            .rev()
+            .map(|w| spare.split_off(spare.len() * w / n))
+            .collect();
+        shares.reverse();
+        let replies = self.round(|w| match target {
+            Some(t) => Command::Advance(id, t, changes, std::mem::take(&mut shares[w])),
             None => Command::Finish(id),
         })?;
         let mut closed = Vec::new();
@@ -911,6 +950,41 @@ mod tests {
         }
     }
 
+    /// Steps whose state vectors go back to the workers (some with room for more states
+    /// than the dataflow has) equal steps whose vectors are dropped.
+    #[test]
+    fn recycled_state_vectors_change_no_step() {
+        let kinds = vec![AggKind::Count, AggKind::MaxInt];
+        let run = |recycle: bool, panes: bool| {
+            let mut config = Config::new(kinds.clone()).with_workers(2);
+            if panes {
+                config = config.with_panes(Panes::new(20, 10, 0).expect("panes"));
+            }
+            let mut df = WindowedAggregate::spawn(config).expect("spawn");
+            let mut steps = Vec::new();
+            for step in 0..30i64 {
+                df.insert(step_updates(&kinds, step, if panes { 10 } else { 20 }))
+                    .expect("insert");
+                let s = df.advance_to(step * 4).expect("advance");
+                steps.push((s.closed.clone(), s.changed.clone(), s.changed_panes.clone()));
+                if recycle {
+                    df.recycle(vec![AggState::EMPTY; 5]);
+                    df.recycle_step(s);
+                }
+            }
+            steps.push({
+                let s = df.advance_to(EventTime::MAX).expect("finish");
+                (s.closed, s.changed, s.changed_panes)
+            });
+            steps
+        };
+        for panes in [false, true] {
+            let kept = run(false, panes);
+            assert!(kept.iter().map(|s| s.1.len()).sum::<usize>() > 20);
+            assert_eq!(run(true, panes), kept, "panes {panes}");
+        }
+    }
+
     /// Without a trace (nothing checkpoints it), changed panes are not reported;
     /// the windows that change and close are the same as with one.
     #[test]
@@ -957,7 +1031,7 @@ mod tests {
         df.insert((0..16).map(update).collect()).expect("insert");
         let id = df.id;
         let e = df.round_with(vec![(1, Command::Panic)], |_| {
-            Command::Advance(id, start_of(2), true)
+            Command::Advance(id, start_of(2), true, Vec::new())
         });
         assert!(
             matches!(e, Err(Error::WorkerPanicked { worker: 1 })),

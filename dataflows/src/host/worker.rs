@@ -14,7 +14,7 @@ use timely::worker::Worker;
 
 use crate::error::{Error, Result};
 use crate::render::aggregate::{render, Rendered};
-use crate::state::agg::{AggKind, Update};
+use crate::state::agg::{AggKind, AggState, Update};
 use crate::state::diff::Acc;
 use crate::state::join::{JoinRecord, JoinState, Pair};
 use crate::state::open::StepOutput;
@@ -43,8 +43,9 @@ pub(crate) enum Command {
     Insert(DataflowId, Vec<(WindowKey, Time, Acc)>),
     /// Advance a dataflow's input to the time, run until its output frontier passes it,
     /// compact, and reply [`Reply::Stepped`]; with `true`, the reply reports the open
-    /// states that changed (else nothing tracks them).
-    Advance(DataflowId, Time, bool),
+    /// states that changed (else nothing tracks them). The vectors are state vectors the
+    /// host is done with, for the reply to fill again.
+    Advance(DataflowId, Time, bool, Vec<Vec<AggState>>),
     /// Close a dataflow's input (end of stream), run until it is done, reply
     /// [`Reply::Stepped`].
     Finish(DataflowId),
@@ -348,10 +349,13 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                 }
                 continue;
             }
-            Command::Advance(id, time, changes) => match hosted.get_mut(&id) {
+            Command::Advance(id, time, changes, spare) => match hosted.get_mut(&id) {
                 None => Reply::Unknown(id),
                 Some(h) => {
-                    h.rendered.open.borrow_mut().track_changes(changes);
+                    let mut open = h.rendered.open.borrow_mut();
+                    open.track_changes(changes);
+                    open.give_spare(spare);
+                    drop(open);
                     if let Some(input) = h.input.as_mut() {
                         input.advance_to(time);
                     }

@@ -56,10 +56,16 @@ pub(crate) struct OpenWindows {
     /// last window that closed held (at most [`MAX_HINT`]), so a window's
     /// groups are not rehashed as it fills.
     hint: usize,
+    /// State vectors the host handed back (see [`Self::give_spare`]), filled again by the
+    /// next steps' changed states instead of allocating new ones.
+    spare: Vec<Vec<AggState>>,
 }
 
 /// The most groups a new window's table is made room for before it fills.
 const MAX_HINT: usize = 1 << 16;
+
+/// The most spare state vectors a worker keeps (see [`OpenWindows::give_spare`]).
+pub(crate) const MAX_SPARE: usize = 1 << 14;
 
 /// What a step produced on one worker.
 #[derive(Debug, Default)]
@@ -89,6 +95,31 @@ impl OpenWindows {
             evicting: true,
             error: None,
             hint: 0,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Takes state vectors the host is done with, for the next steps to fill: a vector
+    /// allocated here and freed by the host's thread costs both allocators their slow
+    /// path (glibc's `free` of another thread's chunk takes that arena's lock).
+    pub(crate) fn give_spare(&mut self, spare: Vec<Vec<AggState>>) {
+        let room = MAX_SPARE.saturating_sub(self.spare.len());
+        if self.spare.is_empty() && spare.len() <= room {
+            self.spare = spare;
+        } else {
+            self.spare.extend(spare.into_iter().take(room));
+        }
+    }
+
+    /// A copy of `states` in a spare vector, or a new one.
+    fn copy_of(spare: &mut Vec<Vec<AggState>>, states: &[AggState]) -> Vec<AggState> {
+        match spare.pop() {
+            Some(mut v) => {
+                v.clear();
+                v.extend_from_slice(states);
+                v
+            }
+            None => states.to_vec(),
         }
     }
 
@@ -299,7 +330,7 @@ impl OpenWindows {
                 out.changed_panes.push(Update {
                     window: pane,
                     key,
-                    aggs: g.states.clone(),
+                    aggs: Self::copy_of(&mut self.spare, &g.states),
                 });
             }
         }
@@ -331,7 +362,7 @@ impl OpenWindows {
                 out.changed.push(Update {
                     window,
                     key,
-                    aggs: g.states.clone(),
+                    aggs: Self::copy_of(&mut self.spare, &g.states),
                 });
             }
         }

@@ -323,6 +323,7 @@ impl ViewRuntime for IncrementalView {
         if self.sessions.is_some() {
             let touched = std::mem::take(&mut self.touched);
             self.step_sessions(&step, &touched, w, &mut out)?;
+            self.dataflow.recycle_step(step);
             out.batches.retain(|b| b.num_rows() > 0);
             self.keys.reclaim(w);
             return Ok(out);
@@ -332,6 +333,7 @@ impl ViewRuntime for IncrementalView {
         }
         if self.post.is_some() {
             self.step_post(&mut step, &mut out)?;
+            self.dataflow.recycle_step(step);
             out.batches.retain(|b| b.num_rows() > 0);
             self.keys.reclaim(w);
             return Ok(out);
@@ -433,6 +435,7 @@ impl ViewRuntime for IncrementalView {
                 out.batches.push(self.render(&refs, None)?);
             }
         }
+        self.dataflow.recycle_step(step);
         out.batches.retain(|b| b.num_rows() > 0);
         // every window ending at or before w has closed and been rendered
         self.keys.reclaim(w);

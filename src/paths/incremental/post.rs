@@ -740,10 +740,13 @@ impl IncrementalView {
             self.keep_holders(post, j, &mut step.changed);
         } else if self.mode != OutputMode::Append {
             // the step's states moved in, not copied: only their windows are read after
+            // (and the states they replace go back to the workers)
             for u in step.changed.iter_mut() {
                 let aggs = std::mem::take(&mut u.aggs);
                 match self.open.entry((u.window, u.key)) {
-                    std::collections::btree_map::Entry::Occupied(mut o) => *o.get_mut() = aggs,
+                    std::collections::btree_map::Entry::Occupied(mut o) => {
+                        self.dataflow.recycle(std::mem::replace(o.get_mut(), aggs));
+                    }
                     std::collections::btree_map::Entry::Vacant(v) => {
                         v.insert(aggs);
                     }
@@ -752,7 +755,9 @@ impl IncrementalView {
         }
         if self.mode != OutputMode::Append && parts.is_none() {
             for u in &step.closed {
-                self.open.remove(&(u.window, u.key));
+                if let Some(old) = self.open.remove(&(u.window, u.key)) {
+                    self.dataflow.recycle(old);
+                }
             }
         }
         match self.mode {
