@@ -22,7 +22,8 @@ use thund_dataflows::{AggKind, AggState, Panes, Value};
 
 use super::extremes::extremes_only;
 use super::keys::{
-    packed, packed_columns, packed_mid, shard_of, unpacked, KeyDictionary, Keys, MixMap, GLOBAL,
+    fixed_rows, packed, packed_columns, packed_mid, shard_of, unpacked, FixedRows, KeyDictionary,
+    Keys, MixMap, GLOBAL,
 };
 use super::IncrementalView;
 use crate::error::{Error, Result};
@@ -185,10 +186,13 @@ impl Col {
 
 /// A batch's group keys, encoded: by `arrow::row` (any key), or, when every
 /// key column is an integer and a row fits, straight to each row's [`packed`]
-/// form (see [`packed_columns`]: the same integers, without encoding rows).
+/// form (see [`packed_columns`]: the same integers, without encoding rows),
+/// or for keys of 16 to 31 bytes to the bytes `arrow::row` would give, one
+/// fixed array per row (see [`fixed_rows`]).
 enum KeyRows {
     Rows(Rows),
     Packed(Vec<u128>),
+    Fixed(FixedRows),
 }
 
 impl KeyRows {
@@ -202,6 +206,7 @@ impl KeyRows {
                 (packed(bytes), bytes)
             }
             KeyRows::Packed(p) => (Some(p[i]), &[]),
+            KeyRows::Fixed(f) => (None, &f.rows[i][..f.len]),
         }
     }
 }
@@ -296,6 +301,7 @@ fn fold_shard(
             let bytes = r.row(i).data();
             Some((packed(bytes), bytes))
         }),
+        Some(KeyRows::Fixed(f)) => pass1!(|i| Some((None, &f.rows[i][..f.len]))),
     };
     // pass 2: one pass per aggregate over its argument column
     for ((arg, &kind), col) in b.args.iter().zip(b.kinds).zip(&mut g.cols) {
@@ -860,9 +866,10 @@ impl IncrementalView {
                                 &tagged
                             }
                         };
-                        Some(match packed_columns(cols) {
-                            Some(p) => KeyRows::Packed(p),
-                            None => KeyRows::Rows(conv.convert_columns(cols)?),
+                        Some(match (packed_columns(cols), fixed_rows(cols)) {
+                            (Some(p), _) => KeyRows::Packed(p),
+                            (None, Some(f)) => KeyRows::Fixed(f),
+                            (None, None) => KeyRows::Rows(conv.convert_columns(cols)?),
                         })
                     }
                 };

@@ -123,6 +123,108 @@ pub(super) fn unpacked(p: u128) -> ([u8; 16], usize) {
     (b, len.min(15))
 }
 
+/// The width in `arrow::row`'s encoding of an integer (or date, or
+/// timestamp) column's values: a validity byte and the value's bytes.
+/// `None` for other types.
+fn encoded_width(dt: &arrow::datatypes::DataType) -> Option<usize> {
+    use arrow::datatypes::DataType as D;
+    match dt {
+        D::Int8 | D::UInt8 => Some(2),
+        D::Int16 | D::UInt16 => Some(3),
+        D::Int32 | D::UInt32 | D::Date32 => Some(5),
+        D::Int64 | D::UInt64 | D::Date64 | D::Timestamp(_, _) => Some(9),
+        _ => None,
+    }
+}
+
+/// Calls `put(out[i], v)` for each valid row `i` of an integer (or date, or
+/// timestamp) column `c`, `v` holding the value's bytes as `arrow::row`
+/// encodes them (ascending, as [`super::key_converter`] builds it): big-endian
+/// with the sign bit flipped for signed types, read as a little-endian
+/// integer (so the value's bytes swapped). A null row encodes as zeros: `put`
+/// is not called. `None` (and no call) for a column of another type.
+fn encode_column<R>(
+    c: &arrow::array::ArrayRef,
+    out: &mut [R],
+    put: impl Fn(&mut R, u64),
+) -> Option<()> {
+    use arrow::array::{Array, ArrowPrimitiveType, AsArray, PrimitiveArray};
+    use arrow::datatypes::{DataType as D, TimeUnit};
+    use arrow::datatypes::{
+        Date32Type, Date64Type, Int16Type, Int32Type, Int64Type, Int8Type,
+        TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+        TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+    };
+
+    fn each<T: ArrowPrimitiveType, R>(
+        a: &PrimitiveArray<T>,
+        out: &mut [R],
+        enc: impl Fn(T::Native) -> u64,
+        put: impl Fn(&mut R, u64),
+    ) {
+        let values = a.values();
+        match a.nulls().filter(|n| n.null_count() > 0) {
+            None => {
+                for (o, &v) in out.iter_mut().zip(values.iter()) {
+                    put(o, enc(v));
+                }
+            }
+            Some(n) => {
+                for (i, (o, &v)) in out.iter_mut().zip(values.iter()).enumerate() {
+                    if n.is_valid(i) {
+                        put(o, enc(v));
+                    }
+                }
+            }
+        }
+    }
+    // a value's big-endian bytes read as little-endian: the bytes swapped
+    macro_rules! signed {
+        ($t:ty, $u:ty, $bits:expr) => {
+            each(
+                c.as_primitive::<$t>(),
+                out,
+                |v| u64::from(((v as $u) ^ (1 << ($bits - 1))).swap_bytes()),
+                put,
+            )
+        };
+    }
+    macro_rules! unsigned {
+        ($t:ty) => {
+            each(
+                c.as_primitive::<$t>(),
+                out,
+                |v| u64::from(v.swap_bytes()),
+                put,
+            )
+        };
+    }
+    match c.data_type() {
+        D::Int8 => signed!(Int8Type, u8, 8),
+        D::Int16 => signed!(Int16Type, u16, 16),
+        D::Int32 => signed!(Int32Type, u32, 32),
+        D::Date32 => signed!(Date32Type, u32, 32),
+        D::Int64 => signed!(Int64Type, u64, 64),
+        D::Date64 => signed!(Date64Type, u64, 64),
+        D::Timestamp(TimeUnit::Second, _) => signed!(TimestampSecondType, u64, 64),
+        D::Timestamp(TimeUnit::Millisecond, _) => signed!(TimestampMillisecondType, u64, 64),
+        D::Timestamp(TimeUnit::Microsecond, _) => signed!(TimestampMicrosecondType, u64, 64),
+        D::Timestamp(TimeUnit::Nanosecond, _) => signed!(TimestampNanosecondType, u64, 64),
+        D::UInt8 => unsigned!(UInt8Type),
+        D::UInt16 => unsigned!(UInt16Type),
+        D::UInt32 => unsigned!(UInt32Type),
+        D::UInt64 => unsigned!(UInt64Type),
+        _ => return None,
+    }
+    Some(())
+}
+
+/// The total width of keys whose columns are all integers (or dates, or
+/// timestamps), in `arrow::row`'s encoding; `None` if a column is not.
+fn encoded_total(cols: &[arrow::array::ArrayRef]) -> Option<usize> {
+    cols.iter().map(|c| encoded_width(c.data_type())).sum()
+}
+
 /// [`packed`] of every row's key as `arrow::row` encodes it (ascending, nulls
 /// first, as [`super::key_converter`] builds it), computed column by column
 /// without encoding the rows: `None` unless every key column is an integer
@@ -133,64 +235,7 @@ pub(super) fn unpacked(p: u128) -> ([u8; 16], usize) {
 /// null); `packed` reads the row's bytes as a little-endian integer, so a
 /// column at byte `at` adds its bytes, byte-swapped, shifted by `8 * at`.
 pub(super) fn packed_columns(cols: &[arrow::array::ArrayRef]) -> Option<Vec<u128>> {
-    use arrow::array::{Array, ArrowPrimitiveType, AsArray, PrimitiveArray};
-    use arrow::datatypes::{DataType as D, TimeUnit};
-    use arrow::datatypes::{
-        Date32Type, Date64Type, Int16Type, Int32Type, Int64Type, Int8Type,
-        TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-        TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
-    };
-
-    /// Adds one column's encoding at byte `at` (its width is `1 + size`).
-    fn add<T: ArrowPrimitiveType>(
-        out: &mut [u128],
-        a: &PrimitiveArray<T>,
-        at: usize,
-        enc: impl Fn(T::Native) -> u64,
-    ) {
-        let shift = 8 * at;
-        let values = a.values();
-        match a.nulls().filter(|n| n.null_count() > 0) {
-            None => {
-                for (o, &v) in out.iter_mut().zip(values.iter()) {
-                    *o |= (1 | u128::from(enc(v)) << 8) << shift;
-                }
-            }
-            Some(n) => {
-                for (i, (o, &v)) in out.iter_mut().zip(values.iter()).enumerate() {
-                    if n.is_valid(i) {
-                        *o |= (1 | u128::from(enc(v)) << 8) << shift;
-                    }
-                }
-            }
-        }
-    }
-    // a value's big-endian bytes read as little-endian: the bytes swapped
-    macro_rules! signed {
-        ($out:expr, $a:expr, $at:expr, $t:ty, $u:ty, $bits:expr) => {
-            add($out, $a.as_primitive::<$t>(), $at, |v| {
-                u64::from(((v as $u) ^ (1 << ($bits - 1))).swap_bytes())
-            })
-        };
-    }
-    macro_rules! unsigned {
-        ($out:expr, $a:expr, $at:expr, $t:ty) => {
-            add($out, $a.as_primitive::<$t>(), $at, |v| {
-                u64::from(v.swap_bytes())
-            })
-        };
-    }
-    let width = |dt: &D| match dt {
-        D::Int8 | D::UInt8 => Some(2),
-        D::Int16 | D::UInt16 => Some(3),
-        D::Int32 | D::UInt32 | D::Date32 => Some(5),
-        D::Int64 | D::UInt64 | D::Date64 | D::Timestamp(_, _) => Some(9),
-        _ => None,
-    };
-    let mut total = 0usize;
-    for c in cols {
-        total += width(c.data_type())?;
-    }
+    let total = encoded_total(cols)?;
     if total > 15 {
         return None;
     }
@@ -198,34 +243,41 @@ pub(super) fn packed_columns(cols: &[arrow::array::ArrayRef]) -> Option<Vec<u128
     let mut out = vec![(total as u128) << 120; n];
     let mut at = 0;
     for c in cols {
-        match c.data_type() {
-            D::Int8 => signed!(&mut out, c, at, Int8Type, u8, 8),
-            D::Int16 => signed!(&mut out, c, at, Int16Type, u16, 16),
-            D::Int32 => signed!(&mut out, c, at, Int32Type, u32, 32),
-            D::Date32 => signed!(&mut out, c, at, Date32Type, u32, 32),
-            D::Int64 => signed!(&mut out, c, at, Int64Type, u64, 64),
-            D::Date64 => signed!(&mut out, c, at, Date64Type, u64, 64),
-            D::Timestamp(TimeUnit::Second, _) => {
-                signed!(&mut out, c, at, TimestampSecondType, u64, 64)
-            }
-            D::Timestamp(TimeUnit::Millisecond, _) => {
-                signed!(&mut out, c, at, TimestampMillisecondType, u64, 64)
-            }
-            D::Timestamp(TimeUnit::Microsecond, _) => {
-                signed!(&mut out, c, at, TimestampMicrosecondType, u64, 64)
-            }
-            D::Timestamp(TimeUnit::Nanosecond, _) => {
-                signed!(&mut out, c, at, TimestampNanosecondType, u64, 64)
-            }
-            D::UInt8 => unsigned!(&mut out, c, at, UInt8Type),
-            D::UInt16 => unsigned!(&mut out, c, at, UInt16Type),
-            D::UInt32 => unsigned!(&mut out, c, at, UInt32Type),
-            D::UInt64 => unsigned!(&mut out, c, at, UInt64Type),
-            _ => return None,
-        }
-        at += width(c.data_type())?;
+        let shift = 8 * at;
+        encode_column(c, &mut out, |o, v| *o |= (1 | u128::from(v) << 8) << shift)?;
+        at += encoded_width(c.data_type())?;
     }
     Some(out)
+}
+
+/// Keys of 16 to [`INLINE_KEY`] bytes whose columns [`packed_columns`] takes,
+/// as `arrow::row` encodes them, written column by column into one fixed
+/// array per row (the first `len` bytes are the key): what `arrow::row`
+/// gives, without its offsets and per-row slices.
+pub(super) struct FixedRows {
+    pub(super) rows: Vec<[u8; INLINE_KEY]>,
+    pub(super) len: usize,
+}
+
+/// [`FixedRows`] of `cols`, or `None` unless every column is an integer (or
+/// a date or timestamp) and a key takes 16 to [`INLINE_KEY`] bytes.
+pub(super) fn fixed_rows(cols: &[arrow::array::ArrayRef]) -> Option<FixedRows> {
+    let len = encoded_total(cols)?;
+    if !(16..=INLINE_KEY).contains(&len) {
+        return None;
+    }
+    let n = cols.first().map_or(0, |c| c.len());
+    let mut rows = vec![[0u8; INLINE_KEY]; n];
+    let mut at = 0;
+    for c in cols {
+        let width = encoded_width(c.data_type())?;
+        encode_column(c, &mut rows, |o, v| {
+            o[at] = 1;
+            o[at + 1..at + width].copy_from_slice(&v.to_le_bytes()[..width - 1]);
+        })?;
+        at += width;
+    }
+    Some(FixedRows { rows, len })
 }
 
 /// The longest key kept inline in a [`KeyBuf`]: every key [`packed`] or
@@ -735,7 +787,7 @@ mod tests {
     /// Column-wise packing equals packing what `arrow::row` encodes, for every
     /// supported type, with nulls and each type's limits, alone and combined.
     #[test]
-    fn packed_columns_agree_with_arrow_row() {
+    fn packed_columns_and_fixed_rows_agree_with_arrow_row() {
         use arrow::array::{
             ArrayRef, Date32Array, Date64Array, Int16Array, Int32Array, Int64Array, Int8Array,
             TimestampNanosecondArray, TimestampSecondArray, UInt16Array, UInt32Array, UInt64Array,
@@ -790,6 +842,17 @@ mod tests {
                 Some(got) => assert_eq!(Some(got), want, "{:?}", cols),
                 // only rows too wide to pack are left to arrow::row
                 None => assert!(want.is_none(), "{:?}", cols),
+            }
+            // keys of 16 to 31 bytes: the same bytes as arrow::row's
+            let len = rows.row(0).data().len();
+            match fixed_rows(&cols) {
+                Some(f) => {
+                    assert_eq!(f.len, len);
+                    for (i, r) in f.rows.iter().enumerate() {
+                        assert_eq!(&r[..len], rows.row(i).data(), "{:?}", cols);
+                    }
+                }
+                None => assert!(!(16..=INLINE_KEY).contains(&len), "{:?}", cols),
             }
         };
         for a in &all {
