@@ -250,12 +250,48 @@ pub(super) fn packed_columns(cols: &[arrow::array::ArrayRef]) -> Option<Vec<u128
     Some(out)
 }
 
+/// The longest key [`encode_rows`] writes.
+pub(super) const ENCODED_ROW: usize = 32;
+
+/// Writes each row's key as `arrow::row` encodes it, with `options` per
+/// column (ascending and nulls first without them, as
+/// [`super::key_converter`] builds it), into `out`, one zeroed array per
+/// row; returns the keys' length. `None` unless every column is an integer
+/// (or a date or timestamp, stored as one) and a key takes at most
+/// [`ENCODED_ROW`] bytes: what `arrow::row` gives, written column by column
+/// without its offsets and per-row slices.
+pub(super) fn encode_rows(
+    cols: &[arrow::array::ArrayRef],
+    options: Option<&[arrow::compute::SortOptions]>,
+    out: &mut [[u8; ENCODED_ROW]],
+) -> Option<usize> {
+    let len = encoded_total(cols)?;
+    if len > ENCODED_ROW || options.is_some_and(|o| o.len() != cols.len()) {
+        return None;
+    }
+    let mut at = 0;
+    for (i, c) in cols.iter().enumerate() {
+        let width = encoded_width(c.data_type())?;
+        let o = options.map(|o| o[i]).unwrap_or_default();
+        // a null is its sentinel and zeros; a descending value's bytes are inverted
+        if !o.nulls_first {
+            out.iter_mut().for_each(|r| r[at] = 0xFF);
+        }
+        let flip = if o.descending { u64::MAX } else { 0 };
+        encode_column(c, out, |r, v| {
+            r[at] = 1;
+            r[at + 1..at + width].copy_from_slice(&(v ^ flip).to_le_bytes()[..width - 1]);
+        })?;
+        at += width;
+    }
+    Some(len)
+}
+
 /// Keys of 16 to [`INLINE_KEY`] bytes whose columns [`packed_columns`] takes,
-/// as `arrow::row` encodes them, written column by column into one fixed
-/// array per row (the first `len` bytes are the key): what `arrow::row`
-/// gives, without its offsets and per-row slices.
+/// as `arrow::row` encodes them, one fixed array per row (the first `len`
+/// bytes are the key; see [`encode_rows`]).
 pub(super) struct FixedRows {
-    pub(super) rows: Vec<[u8; INLINE_KEY]>,
+    pub(super) rows: Vec<[u8; ENCODED_ROW]>,
     pub(super) len: usize,
 }
 
@@ -266,17 +302,8 @@ pub(super) fn fixed_rows(cols: &[arrow::array::ArrayRef]) -> Option<FixedRows> {
     if !(16..=INLINE_KEY).contains(&len) {
         return None;
     }
-    let n = cols.first().map_or(0, |c| c.len());
-    let mut rows = vec![[0u8; INLINE_KEY]; n];
-    let mut at = 0;
-    for c in cols {
-        let width = encoded_width(c.data_type())?;
-        encode_column(c, &mut rows, |o, v| {
-            o[at] = 1;
-            o[at + 1..at + width].copy_from_slice(&v.to_le_bytes()[..width - 1]);
-        })?;
-        at += width;
-    }
+    let mut rows = vec![[0u8; ENCODED_ROW]; cols.first().map_or(0, |c| c.len())];
+    encode_rows(cols, None, &mut rows)?;
     Some(FixedRows { rows, len })
 }
 
@@ -787,12 +814,13 @@ mod tests {
     /// Column-wise packing equals packing what `arrow::row` encodes, for every
     /// supported type, with nulls and each type's limits, alone and combined.
     #[test]
-    fn packed_columns_and_fixed_rows_agree_with_arrow_row() {
+    fn packed_columns_and_encoded_rows_agree_with_arrow_row() {
         use arrow::array::{
             ArrayRef, Date32Array, Date64Array, Int16Array, Int32Array, Int64Array, Int8Array,
             TimestampNanosecondArray, TimestampSecondArray, UInt16Array, UInt32Array, UInt64Array,
             UInt8Array,
         };
+        use arrow::compute::SortOptions;
         use arrow::row::{RowConverter, SortField};
         use std::sync::Arc;
         let pick = |k: usize| (k * 7919 + 13) % 6;
@@ -843,8 +871,39 @@ mod tests {
                 // only rows too wide to pack are left to arrow::row
                 None => assert!(want.is_none(), "{:?}", cols),
             }
-            // keys of 16 to 31 bytes: the same bytes as arrow::row's
+            // with each column's sort options: the same bytes as arrow::row's
             let len = rows.row(0).data().len();
+            for (descending, nulls_first) in
+                [(false, true), (true, true), (false, false), (true, false)]
+            {
+                // the options given, and on every other column their opposite
+                let options: Vec<SortOptions> = (0..cols.len())
+                    .map(|k| SortOptions {
+                        descending: descending ^ (k % 2 == 1),
+                        nulls_first: nulls_first ^ (k % 2 == 1),
+                    })
+                    .collect();
+                let fields = cols
+                    .iter()
+                    .zip(&options)
+                    .map(|(c, o)| SortField::new_with_options(c.data_type().clone(), *o))
+                    .collect();
+                let want = RowConverter::new(fields)
+                    .expect("converter")
+                    .convert_columns(&cols)
+                    .expect("rows");
+                let mut got = vec![[0u8; ENCODED_ROW]; want.num_rows()];
+                match encode_rows(&cols, Some(&options), &mut got) {
+                    Some(n) => {
+                        assert_eq!(n, len);
+                        for (i, r) in got.iter().enumerate() {
+                            assert_eq!(&r[..n], want.row(i).data(), "{options:?} {cols:?}");
+                        }
+                    }
+                    None => assert!(len > ENCODED_ROW, "{:?}", cols),
+                }
+            }
+            // keys of 16 to 31 bytes: the same bytes as arrow::row's
             match fixed_rows(&cols) {
                 Some(f) => {
                     assert_eq!(f.len, len);
@@ -868,6 +927,8 @@ mod tests {
                 check(vec![a.clone(), b.clone()]);
                 check(vec![a.clone(), rev.clone(), b.clone()]);
             }
+            // four 8-byte columns take 36 bytes: left to arrow::row
+            check(vec![a.clone(), rev.clone(), a.clone(), rev.clone()]);
         }
         // a float key is left to arrow::row
         let f: ArrayRef = Arc::new(arrow::array::Float64Array::from(vec![1.0]));

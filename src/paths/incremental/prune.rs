@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::SortOptions;
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 use rustc_hash::FxHashMap;
@@ -23,8 +24,63 @@ use crate::plan::Prune;
 use crate::time::EventTime;
 use crate::window::{TimeWindows, Window};
 
+use super::keys::{encode_rows, ENCODED_ROW};
+
+/// An order key: smaller is before. Integer keys (of at most 32 bytes,
+/// see [`encode_rows`]) are their `arrow::row` bytes read as a big-endian
+/// integer in two halves, which compares as the bytes do; others are the
+/// bytes. One pruner's keys are all of one kind.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum OrderKey {
+    Int(u128, u128),
+    Bytes(Box<[u8]>),
+}
+
 /// Per partition (its key bytes), the best order keys kept, best first.
-type Best = FxHashMap<Box<[u8]>, Vec<Box<[u8]>>>;
+type Best = FxHashMap<Box<[u8]>, Vec<OrderKey>>;
+
+/// A batch's keys: `arrow::row`'s, or for integer columns the same bytes
+/// written without it, one fixed array per row (see [`encode_rows`]).
+enum BatchKeys {
+    Rows(Rows),
+    Fixed(Vec<[u8; ENCODED_ROW]>, usize),
+}
+
+impl BatchKeys {
+    fn of(
+        conv: &RowConverter,
+        options: Option<&[SortOptions]>,
+        cols: &[ArrayRef],
+        n: usize,
+    ) -> std::result::Result<Self, arrow::error::ArrowError> {
+        let mut fixed = vec![[0u8; ENCODED_ROW]; n];
+        Ok(match encode_rows(cols, options, &mut fixed) {
+            Some(len) => BatchKeys::Fixed(fixed, len),
+            None => BatchKeys::Rows(conv.convert_columns(cols)?),
+        })
+    }
+
+    fn bytes(&self, i: usize) -> &[u8] {
+        match self {
+            BatchKeys::Rows(r) => r.row(i).data(),
+            BatchKeys::Fixed(f, len) => &f[i][..*len],
+        }
+    }
+
+    fn order_key(&self, i: usize) -> OrderKey {
+        match self {
+            BatchKeys::Rows(r) => OrderKey::Bytes(r.row(i).data().into()),
+            BatchKeys::Fixed(f, _) => {
+                let half = |at: usize| {
+                    let mut b = [0u8; 16];
+                    b.copy_from_slice(&f[i][at..at + 16]);
+                    u128::from_be_bytes(b)
+                };
+                OrderKey::Int(half(0), half(16))
+            }
+        }
+    }
+}
 
 pub(super) struct Pruner {
     partition: Vec<Arc<dyn PhysicalExpr>>,
@@ -32,6 +88,8 @@ pub(super) struct Pruner {
     n: usize,
     part_conv: Option<RowConverter>,
     order_conv: RowConverter,
+    /// The order columns' sort options, in `order_conv`'s order.
+    order_options: Vec<SortOptions>,
     /// By (expiry, unit), then partition: the best order keys, best first.
     best: BTreeMap<(EventTime, Window), Best>,
 }
@@ -79,6 +137,7 @@ impl Pruner {
             n: p.n,
             part_conv,
             order_conv,
+            order_options: p.order.iter().map(|(_, _, o)| *o).collect(),
             best: BTreeMap::new(),
         })
     }
@@ -99,25 +158,29 @@ impl Pruner {
     ) -> Result<Option<Vec<bool>>> {
         let n_rows = batch.num_rows();
         let internal = |e: arrow::error::ArrowError| Error::internal(view, e.to_string());
-        let parts: Option<Rows> = match &self.part_conv {
+        let parts: Option<BatchKeys> = match &self.part_conv {
             Some(c) => Some(
-                c.convert_columns(&values(view, &self.partition, batch)?)
+                BatchKeys::of(c, None, &values(view, &self.partition, batch)?, n_rows)
                     .map_err(internal)?,
             ),
             None => None,
         };
-        let orders = self
-            .order_conv
-            .convert_columns(&values(view, &self.order, batch)?)
-            .map_err(internal)?;
-        let unit_of = |t: i64| match panes {
+        let orders = BatchKeys::of(
+            &self.order_conv,
+            Some(&self.order_options),
+            &values(view, &self.order, batch)?,
+            n_rows,
+        )
+        .map_err(internal)?;
+        // a row's unit, when its last window closes, and the times [lo, hi) that share it
+        let run_of = |t: i64| match panes {
             Some(p) => {
                 let pane = p.pane_of(t);
-                (pane, p.expiry(pane))
+                (pane, p.expiry(pane), pane.start, pane.end)
             }
             None => {
-                let w = windows.last_window(t);
-                (w, w.end)
+                let (w, lo, hi) = windows.last_window_run(t);
+                (w, w.end, lo, hi)
             }
         };
         let mut keep = vec![true; n_rows];
@@ -128,7 +191,7 @@ impl Pruner {
                 i += 1;
                 continue;
             }
-            let (unit, expires) = unit_of(times[i]);
+            let (unit, expires, lo, hi) = run_of(times[i]);
             if w_prev.is_some_and(|wp| expires <= wp) {
                 i += 1;
                 continue;
@@ -144,15 +207,17 @@ impl Pruner {
             };
             while i < n_rows {
                 if pass[i] {
-                    if unit_of(times[i]).0 != unit {
+                    let t = times[i];
+                    // (outside [lo, hi) only at the ends of time can the unit be the same)
+                    if !(lo <= t && t < hi) && run_of(t).0 != unit {
                         break;
                     }
-                    let key = orders.row(i);
+                    let key = orders.order_key(i);
                     let best = match only.as_mut() {
                         Some(b) => b,
                         // the partition's entry, allocated only the first time it is seen
                         None => {
-                            let part = parts.as_ref().map_or(&[][..], |p| p.row(i).data());
+                            let part = parts.as_ref().map_or(&[][..], |p| p.bytes(i));
                             match table.get_mut(part) {
                                 Some(b) => b,
                                 None => table.entry(part.into()).or_default(),
@@ -160,13 +225,13 @@ impl Pruner {
                         }
                     };
                     // rows strictly before this one, among the best kept
-                    let before = best.partition_point(|b| b.as_ref() < key.data());
+                    let before = best.partition_point(|b| *b < key);
                     if before >= self.n {
                         keep[i] = false;
                         dropped = true;
                     } else {
-                        let at = best.partition_point(|b| b.as_ref() <= key.data());
-                        best.insert(at, key.data().into());
+                        let at = best.partition_point(|b| *b <= key);
+                        best.insert(at, key);
                         best.truncate(self.n);
                     }
                 }
