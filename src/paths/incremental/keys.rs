@@ -126,7 +126,7 @@ pub(super) fn unpacked(p: u128) -> ([u8; 16], usize) {
 /// The width in `arrow::row`'s encoding of an integer (or date, or
 /// timestamp) column's values: a validity byte and the value's bytes.
 /// `None` for other types.
-fn encoded_width(dt: &arrow::datatypes::DataType) -> Option<usize> {
+pub(super) fn encoded_width(dt: &arrow::datatypes::DataType) -> Option<usize> {
     use arrow::datatypes::DataType as D;
     match dt {
         D::Int8 | D::UInt8 => Some(2),
@@ -137,16 +137,16 @@ fn encoded_width(dt: &arrow::datatypes::DataType) -> Option<usize> {
     }
 }
 
-/// Calls `put(out[i], v)` for each valid row `i` of an integer (or date, or
-/// timestamp) column `c`, `v` holding the value's bytes as `arrow::row`
-/// encodes them (ascending, as [`super::key_converter`] builds it): big-endian
-/// with the sign bit flipped for signed types, read as a little-endian
-/// integer (so the value's bytes swapped). A null row encodes as zeros: `put`
-/// is not called. `None` (and no call) for a column of another type.
-fn encode_column<R>(
+/// Calls `emit(i, v)` for each row `i` of an integer (or date, or
+/// timestamp) column `c`, in order: `v` holds the value's bytes as
+/// `arrow::row` encodes them (ascending, as [`super::key_converter`] builds
+/// it): big-endian with the sign bit flipped for signed types, read as a
+/// little-endian integer (so the value's bytes swapped); `None` for a null
+/// (which encodes as zeros). `None` (and no call) for a column of another
+/// type.
+fn encode_column(
     c: &arrow::array::ArrayRef,
-    out: &mut [R],
-    put: impl Fn(&mut R, u64),
+    mut emit: impl FnMut(usize, Option<u64>),
 ) -> Option<()> {
     use arrow::array::{Array, ArrowPrimitiveType, AsArray, PrimitiveArray};
     use arrow::datatypes::{DataType as D, TimeUnit};
@@ -156,24 +156,21 @@ fn encode_column<R>(
         TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
     };
 
-    fn each<T: ArrowPrimitiveType, R>(
+    fn each<T: ArrowPrimitiveType>(
         a: &PrimitiveArray<T>,
-        out: &mut [R],
         enc: impl Fn(T::Native) -> u64,
-        put: impl Fn(&mut R, u64),
+        emit: &mut impl FnMut(usize, Option<u64>),
     ) {
         let values = a.values();
         match a.nulls().filter(|n| n.null_count() > 0) {
             None => {
-                for (o, &v) in out.iter_mut().zip(values.iter()) {
-                    put(o, enc(v));
+                for (i, &v) in values.iter().enumerate() {
+                    emit(i, Some(enc(v)));
                 }
             }
             Some(n) => {
-                for (i, (o, &v)) in out.iter_mut().zip(values.iter()).enumerate() {
-                    if n.is_valid(i) {
-                        put(o, enc(v));
-                    }
+                for (i, &v) in values.iter().enumerate() {
+                    emit(i, n.is_valid(i).then(|| enc(v)));
                 }
             }
         }
@@ -183,9 +180,8 @@ fn encode_column<R>(
         ($t:ty, $u:ty, $bits:expr) => {
             each(
                 c.as_primitive::<$t>(),
-                out,
                 |v| u64::from(((v as $u) ^ (1 << ($bits - 1))).swap_bytes()),
-                put,
+                &mut emit,
             )
         };
     }
@@ -193,9 +189,8 @@ fn encode_column<R>(
         ($t:ty) => {
             each(
                 c.as_primitive::<$t>(),
-                out,
                 |v| u64::from(v.swap_bytes()),
-                put,
+                &mut emit,
             )
         };
     }
@@ -244,7 +239,11 @@ pub(super) fn packed_columns(cols: &[arrow::array::ArrayRef]) -> Option<Vec<u128
     let mut at = 0;
     for c in cols {
         let shift = 8 * at;
-        encode_column(c, &mut out, |o, v| *o |= (1 | u128::from(v) << 8) << shift)?;
+        encode_column(c, |i, v| {
+            if let Some(v) = v {
+                out[i] |= (1 | u128::from(v) << 8) << shift;
+            }
+        })?;
         at += encoded_width(c.data_type())?;
     }
     Some(out)
@@ -274,17 +273,58 @@ pub(super) fn encode_rows(
         let width = encoded_width(c.data_type())?;
         let o = options.map(|o| o[i]).unwrap_or_default();
         // a null is its sentinel and zeros; a descending value's bytes are inverted
-        if !o.nulls_first {
-            out.iter_mut().for_each(|r| r[at] = 0xFF);
-        }
+        let null = if o.nulls_first { 0 } else { 0xFF };
         let flip = if o.descending { u64::MAX } else { 0 };
-        encode_column(c, out, |r, v| {
-            r[at] = 1;
-            r[at + 1..at + width].copy_from_slice(&(v ^ flip).to_le_bytes()[..width - 1]);
+        encode_column(c, |i, v| match v {
+            Some(v) => {
+                out[i][at] = 1;
+                out[i][at + 1..at + width].copy_from_slice(&(v ^ flip).to_le_bytes()[..width - 1]);
+            }
+            None => out[i][at] = null,
         })?;
         at += width;
     }
     Some(len)
+}
+
+/// Sort keys of at most two integer (or date, or timestamp) columns, one
+/// integer per column: the column's `arrow::row` bytes with `options`
+/// (validity byte, then the value's), read as a big-endian integer. Each
+/// column's encoding has a fixed width, so the pairs compare (as tuples) as
+/// the rows' bytes do. `None` for other keys.
+pub(super) fn order_keys(
+    cols: &[arrow::array::ArrayRef],
+    options: &[arrow::compute::SortOptions],
+) -> Option<Vec<(u128, u128)>> {
+    if cols.len() > 2 || options.len() != cols.len() {
+        return None;
+    }
+    // one column's integer: the validity byte (or the null's sentinel) above the value
+    let encoder = |c: &arrow::array::ArrayRef, o: &arrow::compute::SortOptions| {
+        let size = encoded_width(c.data_type())? - 1;
+        let null = if o.nulls_first {
+            0
+        } else {
+            0xFFu128 << (8 * size)
+        };
+        let valid = 1u128 << (8 * size);
+        let flip = if o.descending { u64::MAX } else { 0 };
+        // `v` holds the value's bytes in memory order: as a big-endian integer
+        let drop = 8 * (8 - size);
+        Some(move |v: Option<u64>| match v {
+            Some(v) => valid | u128::from((v ^ flip).swap_bytes() >> drop),
+            None => null,
+        })
+    };
+    let n = cols.first().map_or(0, |c| c.len());
+    let mut out: Vec<(u128, u128)> = Vec::with_capacity(n);
+    let first = encoder(cols.first()?, options.first()?)?;
+    encode_column(&cols[0], |_, v| out.push((first(v), 0)))?;
+    if let (Some(c), Some(o)) = (cols.get(1), options.get(1)) {
+        let second = encoder(c, o)?;
+        encode_column(c, |i, v| out[i].1 = second(v))?;
+    }
+    Some(out)
 }
 
 /// Keys of 16 to [`INLINE_KEY`] bytes whose columns [`packed_columns`] takes,
@@ -893,6 +933,20 @@ mod tests {
                     .convert_columns(&cols)
                     .expect("rows");
                 let mut got = vec![[0u8; ENCODED_ROW]; want.num_rows()];
+                // one or two columns as integers: ordered as the bytes are
+                if let Some(ints) = order_keys(&cols, &options) {
+                    for i in 0..want.num_rows() {
+                        for j in 0..want.num_rows() {
+                            assert_eq!(
+                                ints[i].cmp(&ints[j]),
+                                want.row(i).data().cmp(want.row(j).data()),
+                                "{options:?} {cols:?}"
+                            );
+                        }
+                    }
+                } else {
+                    assert!(cols.len() > 2, "{:?}", cols);
+                }
                 match encode_rows(&cols, Some(&options), &mut got) {
                     Some(n) => {
                         assert_eq!(n, len);

@@ -24,20 +24,19 @@ use crate::plan::Prune;
 use crate::time::EventTime;
 use crate::window::{TimeWindows, Window};
 
-use super::keys::{encode_rows, ENCODED_ROW};
+use super::keys::{encode_rows, encoded_width, order_keys, ENCODED_ROW};
 
-/// An order key: smaller is before. Integer keys (of at most 32 bytes,
-/// see [`encode_rows`]) are their `arrow::row` bytes read as a big-endian
-/// integer in two halves, which compares as the bytes do; others are the
-/// bytes. One pruner's keys are all of one kind.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum OrderKey {
-    Int(u128, u128),
-    Bytes(Box<[u8]>),
+/// By (expiry, unit), then partition (its key bytes): the best order keys
+/// kept, best first (smaller is before).
+type Best<K> = BTreeMap<(EventTime, Window), FxHashMap<Box<[u8]>, Vec<K>>>;
+
+/// The order keys kept: of one or two integer columns, an integer per
+/// column (see [`order_keys`]), which compare as the bytes do; others, their
+/// `arrow::row` bytes.
+enum Store {
+    Ints(Best<(u128, u128)>),
+    Bytes(Best<Box<[u8]>>),
 }
-
-/// Per partition (its key bytes), the best order keys kept, best first.
-type Best = FxHashMap<Box<[u8]>, Vec<OrderKey>>;
 
 /// A batch's keys: `arrow::row`'s, or for integer columns the same bytes
 /// written without it, one fixed array per row (see [`encode_rows`]).
@@ -66,20 +65,6 @@ impl BatchKeys {
             BatchKeys::Fixed(f, len) => &f[i][..*len],
         }
     }
-
-    fn order_key(&self, i: usize) -> OrderKey {
-        match self {
-            BatchKeys::Rows(r) => OrderKey::Bytes(r.row(i).data().into()),
-            BatchKeys::Fixed(f, _) => {
-                let half = |at: usize| {
-                    let mut b = [0u8; 16];
-                    b.copy_from_slice(&f[i][at..at + 16]);
-                    u128::from_be_bytes(b)
-                };
-                OrderKey::Int(half(0), half(16))
-            }
-        }
-    }
 }
 
 pub(super) struct Pruner {
@@ -90,8 +75,8 @@ pub(super) struct Pruner {
     order_conv: RowConverter,
     /// The order columns' sort options, in `order_conv`'s order.
     order_options: Vec<SortOptions>,
-    /// By (expiry, unit), then partition: the best order keys, best first.
-    best: BTreeMap<(EventTime, Window), Best>,
+    /// The best order keys of each open unit and partition.
+    best: Store,
 }
 
 fn values(
@@ -138,7 +123,12 @@ impl Pruner {
             part_conv,
             order_conv,
             order_options: p.order.iter().map(|(_, _, o)| *o).collect(),
-            best: BTreeMap::new(),
+            best: match (1..=2).contains(&p.order.len())
+                && p.order.iter().all(|(_, dt, _)| encoded_width(dt).is_some())
+            {
+                true => Store::Ints(BTreeMap::new()),
+                false => Store::Bytes(BTreeMap::new()),
+            },
         })
     }
 
@@ -165,34 +155,109 @@ impl Pruner {
             ),
             None => None,
         };
-        let orders = BatchKeys::of(
-            &self.order_conv,
-            Some(&self.order_options),
-            &values(view, &self.order, batch)?,
-            n_rows,
-        )
-        .map_err(internal)?;
-        // a row's unit, when its last window closes, and the times [lo, hi) that share it
-        let run_of = |t: i64| match panes {
+        let order_cols = values(view, &self.order, batch)?;
+        let mut rows = Batch {
+            pass,
+            times,
+            parts: parts.as_ref(),
+            panes,
+            windows,
+            w_prev,
+            keep: vec![true; n_rows],
+            dropped: false,
+        };
+        match &mut self.best {
+            Store::Ints(best) => {
+                let keys = order_keys(&order_cols, &self.order_options).ok_or_else(|| {
+                    Error::internal(view, "order keys of integers that do not encode")
+                })?;
+                rows.prune(best, self.n, |i| &keys[i], |k| *k);
+            }
+            Store::Bytes(best) => {
+                let keys = self
+                    .order_conv
+                    .convert_columns(&order_cols)
+                    .map_err(internal)?;
+                rows.prune(best, self.n, |i| keys.row(i).data(), |k: &[u8]| k.into());
+            }
+        }
+        let (keep, dropped) = (rows.keep, rows.dropped);
+        Ok(dropped.then_some(keep))
+    }
+
+    /// How many order keys the rule keeps, over all open units.
+    pub fn len(&self) -> usize {
+        fn count<K>(best: &Best<K>) -> usize {
+            best.values().flat_map(|u| u.values()).map(Vec::len).sum()
+        }
+        match &self.best {
+            Store::Ints(b) => count(b),
+            Store::Bytes(b) => count(b),
+        }
+    }
+
+    /// Units whose last window ends at or before `w` need no entries.
+    pub fn evict(&mut self, w: EventTime) {
+        fn split<K>(best: &mut Best<K>, w: EventTime) {
+            *best = best.split_off(&(
+                w.saturating_add(1),
+                Window::new(EventTime::MIN, EventTime::MIN),
+            ));
+        }
+        match &mut self.best {
+            Store::Ints(b) => split(b, w),
+            Store::Bytes(b) => split(b, w),
+        }
+    }
+}
+
+/// One batch's rows, as [`Pruner::keep`] reads them, and what it decides.
+struct Batch<'a> {
+    pass: &'a [bool],
+    times: &'a [i64],
+    parts: Option<&'a BatchKeys>,
+    panes: Option<Panes>,
+    windows: &'a TimeWindows,
+    w_prev: Option<EventTime>,
+    keep: Vec<bool>,
+    dropped: bool,
+}
+
+impl Batch<'_> {
+    /// A row's unit, when its last window closes, and the times `[lo, hi)`
+    /// that share it.
+    fn run_of(&self, t: i64) -> (Window, EventTime, EventTime, EventTime) {
+        match self.panes {
             Some(p) => {
                 let pane = p.pane_of(t);
                 (pane, p.expiry(pane), pane.start, pane.end)
             }
             None => {
-                let (w, lo, hi) = windows.last_window_run(t);
+                let (w, lo, hi) = self.windows.last_window_run(t);
                 (w, w.end, lo, hi)
             }
-        };
-        let mut keep = vec![true; n_rows];
-        let mut dropped = false;
+        }
+    }
+
+    /// Rules out the rows with `n` rows strictly before them (by `key`, as
+    /// kept in `best`, `own` making a kept key) in their unit and partition,
+    /// and keeps the best `n` keys of each.
+    fn prune<'k, K: std::borrow::Borrow<V>, V: Ord + ?Sized + 'k>(
+        &mut self,
+        best: &mut Best<K>,
+        n: usize,
+        key: impl Fn(usize) -> &'k V,
+        own: impl Fn(&V) -> K,
+    ) {
+        let n_rows = self.pass.len();
         let mut i = 0;
         while i < n_rows {
-            if !pass[i] {
+            if !self.pass[i] {
                 i += 1;
                 continue;
             }
-            let (unit, expires, lo, hi) = run_of(times[i]);
-            if w_prev.is_some_and(|wp| expires <= wp) {
+            let (unit, expires, lo, hi) = self.run_of(self.times[i]);
+            if self.w_prev.is_some_and(|wp| expires <= wp) {
                 i += 1;
                 continue;
             }
@@ -200,39 +265,43 @@ impl Pruner {
             // without partitions its one entry too (a lookup per row of the
             // empty partition key was 80 % of Nexmark q7's trigger in
             // `perf`, nearly all of it in the `memcmp` of an empty slice)
-            let table = self.best.entry((expires, unit)).or_default();
-            let mut only = match parts {
+            let table = best.entry((expires, unit)).or_default();
+            let mut only = match self.parts {
                 None => Some(std::mem::take(table.entry(Box::default()).or_default())),
                 Some(_) => None,
             };
             while i < n_rows {
-                if pass[i] {
-                    let t = times[i];
+                if self.pass[i] {
+                    let t = self.times[i];
                     // (outside [lo, hi) only at the ends of time can the unit be the same)
-                    if !(lo <= t && t < hi) && run_of(t).0 != unit {
+                    if !(lo <= t && t < hi) && self.run_of(t).0 != unit {
                         break;
                     }
-                    let key = orders.order_key(i);
-                    let best = match only.as_mut() {
+                    let k = key(i);
+                    let kept = match only.as_mut() {
                         Some(b) => b,
                         // the partition's entry, allocated only the first time it is seen
                         None => {
-                            let part = parts.as_ref().map_or(&[][..], |p| p.bytes(i));
+                            let part = self.parts.map_or(&[][..], |p| p.bytes(i));
                             match table.get_mut(part) {
                                 Some(b) => b,
                                 None => table.entry(part.into()).or_default(),
                             }
                         }
                     };
-                    // rows strictly before this one, among the best kept
-                    let before = best.partition_point(|b| *b < key);
-                    if before >= self.n {
-                        keep[i] = false;
-                        dropped = true;
+                    // rows strictly before this one, among the best kept: all n
+                    // when the n-th is (most rows, once a unit has n)
+                    let before = match kept.get(n.wrapping_sub(1)) {
+                        Some(nth) if nth.borrow() < k => n,
+                        _ => kept.partition_point(|b| b.borrow() < k),
+                    };
+                    if before >= n {
+                        self.keep[i] = false;
+                        self.dropped = true;
                     } else {
-                        let at = best.partition_point(|b| *b <= key);
-                        best.insert(at, key);
-                        best.truncate(self.n);
+                        let at = kept.partition_point(|b| b.borrow() <= k);
+                        kept.insert(at, own(k));
+                        kept.truncate(n);
                     }
                 }
                 i += 1;
@@ -241,23 +310,5 @@ impl Pruner {
                 table.insert(Box::default(), b);
             }
         }
-        Ok(dropped.then_some(keep))
-    }
-
-    /// How many order keys the rule keeps, over all open units.
-    pub fn len(&self) -> usize {
-        self.best
-            .values()
-            .flat_map(|u| u.values())
-            .map(Vec::len)
-            .sum()
-    }
-
-    /// Units whose last window ends at or before `w` need no entries.
-    pub fn evict(&mut self, w: EventTime) {
-        self.best = self.best.split_off(&(
-            w.saturating_add(1),
-            Window::new(EventTime::MIN, EventTime::MIN),
-        ));
     }
 }
