@@ -369,29 +369,27 @@ impl ViewRuntime for IncrementalView {
             OutputMode::Update if self.plan.order.is_some() => {
                 // ORDER BY … LIMIT per window: a changed window shows the top
                 // of all its groups, less what it showed before
-                for u in &step.changed {
-                    self.open.insert((u.window, u.key), u.aggs.clone());
+                // the step's states moved in (the ones they replace go back to the workers)
+                for u in step.changed.iter_mut() {
+                    let aggs = std::mem::take(&mut u.aggs);
+                    if let Some(old) = self.open.insert((u.window, u.key), aggs) {
+                        self.dataflow.recycle(old);
+                    }
                 }
                 for u in &step.closed {
-                    self.open.remove(&(u.window, u.key));
+                    if let Some(old) = self.open.remove(&(u.window, u.key)) {
+                        self.dataflow.recycle(old);
+                    }
                 }
                 let mut windows: Vec<Window> = step.changed.iter().map(|u| u.window).collect();
                 windows.dedup();
-                let open: Vec<Update> = windows
+                // each changed window's open groups, rendered where they are kept
+                let open: Vec<_> = windows
                     .iter()
-                    .flat_map(|w| {
-                        self.open
-                            .range((*w, 0)..=(*w, u64::MAX))
-                            .map(|((w, k), a)| Update {
-                                window: *w,
-                                key: *k,
-                                aggs: a.clone(),
-                            })
-                    })
+                    .flat_map(|w| self.open.range((*w, 0)..=(*w, u64::MAX)))
                     .collect();
-                let refs: Vec<&Update> = open.iter().collect();
-                let (rows, from) = self.render_indexed(&refs, Some(false))?;
-                let window_of: Vec<Window> = from.iter().map(|&i| open[i].window).collect();
+                let (rows, from) = self.render_indexed(&open, Some(false))?;
+                let window_of: Vec<Window> = from.iter().map(|&i| open[i].0 .0).collect();
                 out.batches
                     .push(self.shown.replaced(&windows, &rows, &window_of)?);
                 for w in &closed_windows {

@@ -86,19 +86,19 @@ impl IncrementalView {
 
     /// [`Self::render`], and for each output row the index in `updates` of
     /// the group it shows (HAVING may drop groups).
-    pub(super) fn render_indexed(
+    pub(super) fn render_indexed<G: GroupStates>(
         &self,
-        updates: &[&Update],
+        updates: &[G],
         fin: Option<bool>,
     ) -> Result<(RecordBatch, Vec<usize>)> {
         let view = &self.view;
         let mut from: Vec<usize> = (0..updates.len()).collect();
         let mut agg_batch = self.agg_rows(updates)?;
         let mut starts: ArrayRef = Arc::new(Int64Array::from_iter_values(
-            updates.iter().map(|u| u.window.start),
+            updates.iter().map(|u| u.window().start),
         ));
         let mut ends: ArrayRef = Arc::new(Int64Array::from_iter_values(
-            updates.iter().map(|u| self.shown_window(u.window).end),
+            updates.iter().map(|u| self.shown_window(u.window()).end),
         ));
         if let Some(h) = &self.plan.having {
             let m = h
@@ -143,7 +143,7 @@ impl IncrementalView {
         let batch = RecordBatch::try_new(self.out.clone(), out)?;
         match (&self.plan.order, keys) {
             (Some(o), Some(keys)) => {
-                let windows: Vec<_> = from.iter().map(|&i| updates[i].window).collect();
+                let windows: Vec<_> = from.iter().map(|&i| updates[i].window()).collect();
                 let kept = top_n(o, &keys, &windows)?;
                 let idx = UInt32Array::from(kept.clone());
                 let cols = batch
