@@ -460,6 +460,9 @@ impl WindowedAggregate {
 
     /// [`recycle`](Self::recycle) for every state vector of `step`.
     pub fn recycle_step(&mut self, step: Step) {
+        let n = step.closed.len() + step.changed.len() + step.changed_panes.len();
+        let room = (MAX_SPARE * self.config.workers).saturating_sub(self.spare.len());
+        self.spare.reserve(n.min(room));
         for u in step
             .closed
             .into_iter()

@@ -334,6 +334,8 @@ impl OpenWindows {
                 });
             }
         }
+        out.closed
+            .reserve(closed_groups.values().map(|g| g.len()).sum());
         for ((end, start), groups) in closed_groups {
             let window = Window { start, end };
             self.hint = groups.len().min(MAX_HINT);
