@@ -48,11 +48,14 @@ impl EngineBuilder {
         self
     }
 
-    /// Number of timely worker threads of the engine (default 1): one timely
+    /// Number of timely workers of the engine (default 1): one timely
     /// instance, started with the first incremental view, hosts every
-    /// incremental view's dataflow. Data is exchanged between the workers by
-    /// key, and results do not depend on their number. With `n >= 2`, large
-    /// batches are also pre-aggregated on `n` threads, one per key shard.
+    /// incremental view's dataflow. One worker is stepped on the thread that
+    /// pushes and triggers (no thread is started, and nothing crosses between
+    /// threads); `n >= 2` run on `n` threads of their own. Data is exchanged
+    /// between the workers by key, and results do not depend on their number.
+    /// With `n >= 2`, large batches are also pre-aggregated on `n` threads, one
+    /// per key shard.
     ///
     /// ```
     /// let engine = thund::Engine::builder().workers(2).build()?;

@@ -82,8 +82,8 @@ pub struct Engine {
     rt: Arc<tokio::runtime::Runtime>,
     finished: bool,
     workers: usize,
-    /// The timely worker threads every incremental view's dataflow runs on, started with
-    /// the first such view.
+    /// The timely workers every incremental view's dataflow runs on, started with the
+    /// first such view (one is stepped on the caller's thread, more run on threads).
     cluster: Option<thund_dataflows::Cluster>,
     takeover: Takeover,
     rejected_retention: usize,
@@ -303,14 +303,14 @@ impl Engine {
         Ok(names)
     }
 
-    /// The engine's worker threads (started on first use): one timely instance hosts every
+    /// The engine's timely workers (started on first use): one timely instance hosts every
     /// incremental view's dataflow.
     fn cluster(&mut self, view: &str) -> Result<thund_dataflows::Cluster> {
         if let Some(c) = &self.cluster {
             return Ok(c.clone());
         }
-        let c =
-            thund_dataflows::Cluster::start(self.workers).map_err(|e| Error::dataflow(view, e))?;
+        let c = thund_dataflows::Cluster::for_workers(self.workers)
+            .map_err(|e| Error::dataflow(view, e))?;
         self.cluster = Some(c.clone());
         Ok(c)
     }

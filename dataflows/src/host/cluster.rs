@@ -6,10 +6,16 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::worker::{poll, run, Command, DataflowId, Link, Reply, WorkerEnd};
+use timely::communication::allocator::thread::Thread;
+use timely::communication::allocator::Allocator;
+use timely::worker::Worker;
+
+use super::worker::{poll, run, Command, DataflowId, Hosting, Link, Reply, WorkerEnd};
 use crate::error::{Error, Result};
 
-/// One timely instance: `workers` worker threads that host any number of dataflows.
+/// One timely instance: `workers` workers that host any number of dataflows, each on a
+/// thread of its own ([`start`](Self::start)), or one worker stepped on the thread that
+/// drives it ([`inline`](Self::inline)).
 ///
 /// Cloning a `Cluster` clones a handle on the same threads. Every
 /// [`WindowedAggregate`](crate::WindowedAggregate) built with
@@ -49,6 +55,8 @@ impl std::fmt::Debug for Cluster {
 
 struct Shared {
     workers: usize,
+    /// Whether the one worker is stepped on the caller's thread.
+    inline: bool,
     links: Mutex<Links>,
     /// Raised once a worker died: the others stop waiting for frontiers it would move.
     abort: Arc<AtomicBool>,
@@ -56,10 +64,83 @@ struct Shared {
     guards: Mutex<Option<timely::communication::initialize::WorkerGuards<()>>>,
 }
 
-/// The host's ends of every worker's channels.
+/// How the host reaches its workers: the host's ends of every worker thread's channels,
+/// or the one worker it steps itself.
 pub(crate) struct Links {
-    links: Vec<Link>,
+    to: To,
     abort: Arc<AtomicBool>,
+}
+
+enum To {
+    Threads(Vec<Link>),
+    Inline(Box<Inline>),
+}
+
+/// The one worker of an inline cluster: a timely worker with a thread-local allocator, what
+/// it hosts, and the replies to the commands applied since the last gather.
+struct Inline {
+    worker: Worker,
+    hosting: Hosting,
+    replies: Vec<Reply>,
+    /// Set once a command panicked: the worker's state is then unusable.
+    dead: bool,
+}
+
+// SAFETY: `Inline` is not `Send` only because timely's worker and the dataflows it hosts
+// share state through `Rc`s (operators, input and probe handles, traces, the open-window
+// tables, the snapshots' captured batches). Every clone of those `Rc`s is owned by this
+// one value: `Hosting` keeps the handles, the worker keeps the operators, and nothing that
+// leaves it (replies, snapshot chunks) holds an `Rc` (both cross threads on a worker
+// thread's channels, so they are `Send`). Moving the whole value to another thread moves
+// every owner of each `Rc` together, so no two threads ever touch one reference count.
+// It is reached only through the cluster's `Mutex`, one thread at a time, and only between
+// steps: the thread-local that timely sets while an operator is scheduled is restored
+// before a step returns. Timely's unpark handles (`Buzzer`, `SyncActivations`) name the
+// thread that made them; they serve parked workers, and this worker never parks.
+#[allow(unsafe_code)]
+unsafe impl Send for Inline {}
+
+impl Inline {
+    fn new() -> Self {
+        let allocator = Allocator::Thread(Thread::default());
+        Inline {
+            worker: Worker::new(
+                timely::WorkerConfig::default(),
+                allocator,
+                Some(std::time::Instant::now()),
+            ),
+            hosting: Hosting::default(),
+            replies: Vec::new(),
+            dead: false,
+        }
+    }
+
+    /// Applies a command on the caller's thread; a panic marks the worker dead
+    /// (`Err(())`), as a worker thread's panic ends its thread.
+    fn apply(&mut self, command: Command) -> std::result::Result<(), ()> {
+        if self.dead {
+            return Err(());
+        }
+        let Inline {
+            worker,
+            hosting,
+            replies,
+            ..
+        } = self;
+        // After a panic nothing of the worker's state is read again: it is only dropped.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            hosting.apply(worker, command, &|| false)
+        })) {
+            Ok(reply) => {
+                replies.extend(reply);
+                Ok(())
+            }
+            Err(_) => {
+                self.dead = true;
+                Err(())
+            }
+        }
+    }
 }
 
 impl Cluster {
@@ -101,8 +182,9 @@ impl Cluster {
         Ok(Cluster {
             shared: Arc::new(Shared {
                 workers,
+                inline: false,
                 links: Mutex::new(Links {
-                    links,
+                    to: To::Threads(links),
                     abort: Arc::clone(&abort),
                 }),
                 abort,
@@ -110,6 +192,75 @@ impl Cluster {
                 guards: Mutex::new(Some(guards)),
             }),
         })
+    }
+
+    /// One timely worker, stepped on the thread that drives the cluster's dataflows (a
+    /// push, a step, a snapshot's [`wait`](crate::PendingSnapshot::wait)), as
+    /// `timely::execute_directly` steps it: no thread is started, and no command, reply or
+    /// state crosses between threads. The cluster may move between threads (between
+    /// calls); calls from several threads take turns.
+    ///
+    /// ```
+    /// use thund_dataflows::{AggKind, Cluster, Config, WindowedAggregate};
+    ///
+    /// let cluster = Cluster::inline();
+    /// let mut view = WindowedAggregate::spawn_on(&cluster, Config::new(vec![AggKind::Count]))?;
+    /// view.advance_to(10)?;
+    /// assert_eq!((cluster.workers(), view.frontier()), (1, 10));
+    /// # Ok::<(), thund_dataflows::Error>(())
+    /// ```
+    pub fn inline() -> Self {
+        let abort = Arc::new(AtomicBool::new(false));
+        Cluster {
+            shared: Arc::new(Shared {
+                workers: 1,
+                inline: true,
+                links: Mutex::new(Links {
+                    to: To::Inline(Box::new(Inline::new())),
+                    abort: Arc::clone(&abort),
+                }),
+                abort,
+                next_id: AtomicU64::new(0),
+                guards: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// One worker [`inline`](Self::inline), or `workers` threads ([`start`](Self::start)).
+    pub fn for_workers(workers: usize) -> Result<Self> {
+        if workers == 1 {
+            Ok(Self::inline())
+        } else {
+            Self::start(workers)
+        }
+    }
+
+    /// Whether the one worker is stepped on the caller's thread ([`inline`](Self::inline)).
+    pub fn is_inline(&self) -> bool {
+        self.shared.inline
+    }
+
+    /// Reads one chunk of a snapshot on an inline cluster's worker (the thread that waits
+    /// for the snapshot reads it, a chunk per turn of the lock); whether there was one to
+    /// read. Worker threads read their snapshots themselves: `false`.
+    pub(crate) fn read_chunk(&self) -> bool {
+        let mut links = self.links();
+        match &mut links.to {
+            To::Inline(inline) if !inline.dead && inline.hosting.reading() => {
+                let Inline {
+                    worker, hosting, ..
+                } = &mut **inline;
+                let me = worker.index();
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hosting.read_chunk(me)))
+                    .is_err()
+                {
+                    inline.dead = true;
+                    links.abort.store(true, Ordering::Relaxed);
+                }
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The number of worker threads.
@@ -141,7 +292,7 @@ impl Cluster {
     /// runs until done, or is dropped if a worker died. A worker that is gone has nothing
     /// to retire; the others' replies are drained.
     pub(crate) fn retire(&self, id: DataflowId) {
-        let links = self.links();
+        let mut links = self.links();
         if links.broadcast(|| Command::Drop(id)).is_ok() {
             let _ = links.gather();
         }
@@ -149,30 +300,45 @@ impl Cluster {
 }
 
 impl Links {
-    /// Sends a command to one worker (`Err(worker)`: it is gone).
-    pub(crate) fn send(&self, worker: usize, command: Command) -> std::result::Result<(), usize> {
-        match self.links[worker].commands.send(command) {
-            Ok(()) => Ok(()),
-            Err(_) => {
-                self.abort.store(true, Ordering::Relaxed);
-                Err(worker)
-            }
-        }
+    /// Sends a command to one worker (`Err(worker)`: it is gone). An inline worker applies
+    /// it here.
+    pub(crate) fn send(
+        &mut self,
+        worker: usize,
+        command: Command,
+    ) -> std::result::Result<(), usize> {
+        let sent = match &mut self.to {
+            To::Threads(links) => links[worker].commands.send(command).map_err(|_| ()),
+            To::Inline(inline) => inline.apply(command),
+        };
+        sent.map_err(|()| {
+            self.abort.store(true, Ordering::Relaxed);
+            worker
+        })
     }
 
     /// Sends each worker its command.
     pub(crate) fn broadcast(
-        &self,
+        &mut self,
         mut command: impl FnMut() -> Command,
     ) -> std::result::Result<(), usize> {
-        (0..self.links.len()).try_for_each(|w| self.send(w, command()))
+        let n = match &self.to {
+            To::Threads(links) => links.len(),
+            To::Inline(_) => 1,
+        };
+        (0..n).try_for_each(|w| self.send(w, command()))
     }
 
     /// Waits for one reply from every worker. If a worker is gone (it panicked), the others
     /// are told to stop waiting for it (`abort`), their replies are drained, and the result is
     /// `Err(worker)` of the first dead one.
-    pub(crate) fn gather(&self) -> std::result::Result<Vec<Reply>, usize> {
-        let n = self.links.len();
+    pub(crate) fn gather(&mut self) -> std::result::Result<Vec<Reply>, usize> {
+        let links = match &mut self.to {
+            To::Threads(links) => links,
+            To::Inline(inline) if inline.dead => return Err(0),
+            To::Inline(inline) => return Ok(std::mem::take(&mut inline.replies)),
+        };
+        let n = links.len();
         let mut replies: Vec<Option<Reply>> = (0..n).map(|_| None).collect();
         let mut dead: Vec<usize> = Vec::new();
         loop {
@@ -184,12 +350,12 @@ impl Links {
             }
             for w in pending {
                 // a reply that comes within the poll costs no wake-up
-                if let Ok(reply) = poll(&self.links[w].replies) {
+                if let Ok(reply) = poll(&links[w].replies) {
                     replies[w] = Some(reply);
                     continue;
                 }
                 let timeout = Duration::from_millis(if dead.is_empty() { 20 } else { 1 });
-                match self.links[w].replies.recv_timeout(timeout) {
+                match links[w].replies.recv_timeout(timeout) {
                     Ok(reply) => replies[w] = Some(reply),
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => {
@@ -214,9 +380,24 @@ impl Drop for Shared {
             .links
             .get_mut()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        for link in &links.links {
-            // A worker that is gone already has nothing to stop.
-            let _ = link.commands.send(Command::Shutdown);
+        match &mut links.to {
+            To::Threads(threads) => {
+                for link in threads.iter() {
+                    // A worker that is gone already has nothing to stop.
+                    let _ = link.commands.send(Command::Shutdown);
+                }
+            }
+            // a dead worker's state is only dropped
+            To::Inline(inline) if !inline.dead => {
+                let Inline {
+                    worker, hosting, ..
+                } = &mut **inline;
+                let retired = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    hosting.retire_all(worker, &|| false)
+                }));
+                inline.dead = retired.is_err();
+            }
+            To::Inline(_) => {}
         }
         let guards = self
             .guards

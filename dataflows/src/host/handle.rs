@@ -168,11 +168,12 @@ impl std::fmt::Debug for WindowedAggregate {
 }
 
 impl WindowedAggregate {
-    /// Starts `config.workers` timely worker threads of its own (a [`Cluster`] that only this
-    /// dataflow uses), each running the dataflow and waiting for commands. The input time
-    /// (and the frontier) starts at `EventTime::MIN`.
+    /// Starts a [`Cluster`] of its own with `config.workers` workers
+    /// ([`Cluster::for_workers`]: one is stepped on the caller's thread, more run on threads
+    /// of their own) and renders the dataflow there. The input time (and the frontier)
+    /// starts at `EventTime::MIN`.
     pub fn spawn(config: Config) -> Result<Self> {
-        let cluster = Cluster::start(config.workers)?;
+        let cluster = Cluster::for_workers(config.workers)?;
         Self::spawn_on(&cluster, config)
     }
 
@@ -232,7 +233,7 @@ impl WindowedAggregate {
     /// `changed` by the next step (they were reported before the snapshot). An update whose
     /// window ended at or before `at` is [`Error::Late`].
     pub fn restore(config: Config, at: EventTime, state: Vec<Update>) -> Result<Self> {
-        let cluster = Cluster::start(config.workers)?;
+        let cluster = Cluster::for_workers(config.workers)?;
         Self::restore_on(&cluster, config, at, state)
     }
 
@@ -650,6 +651,7 @@ impl WindowedAggregate {
         Ok(PendingSnapshot {
             parts: vec![Some(Vec::new()); workers],
             chunks,
+            reader: self.cluster.is_inline().then(|| self.cluster.clone()),
         })
     }
 
@@ -684,8 +686,8 @@ impl WindowedAggregate {
         mut command: impl FnMut(usize) -> Command,
     ) -> Result<Vec<Reply>> {
         let cluster = self.cluster.clone();
-        let links = cluster.links();
-        let sent = self.send_pending(&links).and_then(|()| {
+        let mut links = cluster.links();
+        let sent = self.send_pending(&mut links).and_then(|()| {
             for (w, c) in extra {
                 links.send(w, c)?;
             }
@@ -708,7 +710,7 @@ impl WindowedAggregate {
     }
 
     /// Sends the pending updates to their workers.
-    fn send_pending(&mut self, links: &Links) -> std::result::Result<(), usize> {
+    fn send_pending(&mut self, links: &mut Links) -> std::result::Result<(), usize> {
         for w in 0..self.pending.len() {
             if !self.pending[w].is_empty() {
                 let part = std::mem::take(&mut self.pending[w]);
@@ -803,6 +805,8 @@ pub struct PendingSnapshot {
     /// Per worker, the updates received so far (`None` once its last chunk came).
     parts: Vec<Option<Vec<Update>>>,
     chunks: std::sync::mpsc::Receiver<Chunk>,
+    /// An inline cluster, whose worker the waiting thread steps to read the chunks.
+    reader: Option<Cluster>,
 }
 
 impl PendingSnapshot {
@@ -811,6 +815,24 @@ impl PendingSnapshot {
         PendingSnapshot {
             parts: vec![None; workers],
             chunks,
+            reader: None,
+        }
+    }
+
+    /// The next chunk (`None`: no worker will send one). On an inline cluster the caller
+    /// reads it, a chunk per turn of the cluster's lock, so a step on another thread waits
+    /// for at most one chunk's reading, as with worker threads.
+    fn next_chunk(&self) -> Option<Chunk> {
+        loop {
+            match self.chunks.try_recv() {
+                Ok(chunk) => return Some(chunk),
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    if !self.reader.as_ref().is_some_and(Cluster::read_chunk) {
+                        return self.chunks.recv().ok();
+                    }
+                }
+            }
         }
     }
 
@@ -822,9 +844,8 @@ impl PendingSnapshot {
         let mut out: Vec<Vec<Update>> = vec![Vec::new(); self.parts.len()];
         while let Some(w) = self.parts.iter().position(Option::is_some) {
             let chunk = self
-                .chunks
-                .recv()
-                .map_err(|_| Error::WorkerPanicked { worker: w })?;
+                .next_chunk()
+                .ok_or(Error::WorkerPanicked { worker: w })?;
             let part = self.parts[chunk.worker]
                 .as_mut()
                 .ok_or(Error::WorkerPanicked {
@@ -1043,5 +1064,83 @@ mod tests {
         assert!(matches!(df.advance_to(3), Err(Error::Poisoned { .. })));
         assert!(matches!(df.snapshot(), Err(Error::Poisoned { .. })));
         drop(df); // must not hang
+    }
+
+    /// A panic of an inline worker (stepped on the caller's thread) is caught: the caller
+    /// gets the same error as for a worker thread's, the dataflow is poisoned, the cluster
+    /// takes no new dataflow, and dropping them does not touch the dead worker.
+    #[test]
+    fn a_dead_inline_worker_is_an_error_not_a_panic() {
+        let cluster = Cluster::inline();
+        let config = Config::new(vec![AggKind::Count]);
+        let mut df = WindowedAggregate::spawn_on(&cluster, config.clone()).expect("spawn");
+        let update = Update {
+            window: Window::new(0, 10),
+            key: 7,
+            aggs: vec![AggState::from_value(AggKind::Count, Value::Int(1))],
+        };
+        df.insert(vec![update.clone()]).expect("insert");
+        assert_eq!(df.advance_to(1).expect("advance").changed.len(), 1);
+        let id = df.id;
+        let e = df.round_with(vec![(0, Command::Panic)], |_| {
+            Command::Advance(id, start_of(2), true, Vec::new())
+        });
+        assert!(
+            matches!(e, Err(Error::WorkerPanicked { worker: 0 })),
+            "{e:?}"
+        );
+        assert!(matches!(df.advance_to(3), Err(Error::Poisoned { .. })));
+        assert!(matches!(
+            WindowedAggregate::spawn_on(&cluster, config),
+            Err(Error::WorkerPanicked { worker: 0 })
+        ));
+        drop(df);
+        drop(cluster);
+    }
+
+    /// An inline cluster's dataflow moves between threads between calls, and steps from
+    /// several threads take turns: the results equal those of the same stream on one
+    /// worker thread.
+    #[test]
+    fn an_inline_dataflow_steps_on_any_thread() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<Cluster>();
+        const KINDS: [AggKind; 3] = [AggKind::Count, AggKind::SumInt, AggKind::MaxInt];
+        fn go(
+            mut df: WindowedAggregate,
+            step: i64,
+        ) -> impl FnOnce() -> (WindowedAggregate, Step) + Send {
+            move || {
+                df.insert(step_updates(&KINDS, step + (df.id as i64 % 2), 5))
+                    .expect("insert");
+                let s = df.advance_to(step * 4).expect("advance");
+                (df, s)
+            }
+        }
+        let run = |cluster: Cluster, hop: bool| {
+            let config = Config::new(KINDS.to_vec());
+            let mut a = WindowedAggregate::spawn_on(&cluster, config.clone()).expect("spawn");
+            let mut b = WindowedAggregate::spawn_on(&cluster, config).expect("spawn");
+            let mut out = Vec::new();
+            for step in 0..20i64 {
+                let ((a2, sa), (b2, sb)) = if hop {
+                    // each dataflow steps on a thread of its own, at once
+                    std::thread::scope(|s| {
+                        let ta = s.spawn(go(a, step));
+                        let tb = s.spawn(go(b, step));
+                        (ta.join().expect("no panic"), tb.join().expect("no panic"))
+                    })
+                } else {
+                    (go(a, step)(), go(b, step)())
+                };
+                (a, b) = (a2, b2);
+                out.push((sa.closed, sa.changed, sb.closed, sb.changed));
+            }
+            out
+        };
+        let threaded = run(Cluster::start(1).expect("cluster"), false);
+        let inline = run(Cluster::inline(), true);
+        assert!(threaded.iter().any(|(closed, ..)| !closed.is_empty()));
+        assert_eq!(inline, threaded);
     }
 }

@@ -375,7 +375,7 @@ impl WindowedJoin {
     /// owners, then `command(worker)` to each, and every worker's reply.
     fn round(&mut self, mut command: impl FnMut(usize) -> Command) -> Result<Vec<Reply>> {
         let cluster = self.cluster.clone();
-        let links = cluster.links();
+        let mut links = cluster.links();
         let id = self.id;
         let pending = std::mem::replace(
             &mut self.pending,

@@ -287,36 +287,26 @@ struct Hosted {
     panes: Option<Panes>,
 }
 
-/// Runs the command loop of one worker until `Shutdown` or until the host goes away,
-/// hosting every dataflow the host builds on it.
-///
-/// `abort` is raised by the host when a peer died: step loops then stop waiting for a
-/// frontier that will never move, and dataflows are dropped instead of drained.
-pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
-    let mut hosted: HashMap<DataflowId, Hosted> = HashMap::default();
-    let mut joins: HashMap<DataflowId, JoinState> = HashMap::default();
-    let mut jobs: VecDeque<Job> = VecDeque::new();
-    let aborted = || abort.load(Ordering::Relaxed);
-    let me = worker.index();
-    loop {
-        // snapshots are read between commands, a chunk at a time
-        let command = if let Some(job) = jobs.front_mut() {
-            match end.commands.try_recv() {
-                Ok(c) => c,
-                Err(TryRecvError::Empty) => {
-                    if job.step(me) {
-                        jobs.pop_front();
-                    }
-                    continue;
-                }
-                Err(TryRecvError::Disconnected) => break,
-            }
-        } else {
-            match receive(&end.commands) {
-                Some(c) => c,
-                None => break,
-            }
-        };
+/// What one worker hosts besides its timely `Worker`: the dataflows, the joins, and the
+/// snapshots being read. A worker thread's loop ([`run`]) and an inline cluster both
+/// apply the host's commands to it.
+#[derive(Default)]
+pub(crate) struct Hosting {
+    hosted: HashMap<DataflowId, Hosted>,
+    joins: HashMap<DataflowId, JoinState>,
+    jobs: VecDeque<Job>,
+}
+
+impl Hosting {
+    /// Applies one command (not `Shutdown`, which ends a thread's loop) and returns its
+    /// reply, if it has one. `aborted`: whether a peer died (step loops stop waiting).
+    pub(crate) fn apply(
+        &mut self,
+        worker: &mut Worker,
+        command: Command,
+        aborted: &dyn Fn() -> bool,
+    ) -> Option<Reply> {
+        let me = worker.index();
         let reply = match command {
             Command::Build {
                 id,
@@ -329,7 +319,7 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                 let (rendered, input, trace) = render(worker, kinds, panes, keep);
                 rendered.open.borrow_mut().list_evictions(keep);
                 rendered.open.borrow_mut().report_panes(keep);
-                hosted.insert(
+                self.hosted.insert(
                     id,
                     Hosted {
                         rendered,
@@ -341,15 +331,15 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                 Reply::Built
             }
             Command::Insert(id, mut updates) => {
-                if let Some(h) = hosted.get_mut(&id) {
+                if let Some(h) = self.hosted.get_mut(&id) {
                     if let Some(input) = h.input.as_mut() {
                         // stamped by the host with the input's time: handed on whole
                         input.send_batch(&mut updates);
                     }
                 }
-                continue;
+                return None;
             }
-            Command::Advance(id, time, changes, spare) => match hosted.get_mut(&id) {
+            Command::Advance(id, time, changes, spare) => match self.hosted.get_mut(&id) {
                 None => Reply::Unknown(id),
                 Some(h) => {
                     let mut open = h.rendered.open.borrow_mut();
@@ -379,7 +369,7 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                     reply
                 }
             },
-            Command::Finish(id) => match hosted.get_mut(&id) {
+            Command::Finish(id) => match self.hosted.get_mut(&id) {
                 None => Reply::Unknown(id),
                 Some(h) => {
                     drop(h.input.take());
@@ -390,11 +380,11 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                     step_reply(h, EventTime::MAX)
                 }
             },
-            Command::Snapshot { id, frontier, to } => match hosted.get(&id) {
+            Command::Snapshot { id, frontier, to } => match self.hosted.get(&id) {
                 None => Reply::Unknown(id),
                 Some(h) => {
                     match h.trace.as_ref() {
-                        Some(trace) => jobs.push_back(Job {
+                        Some(trace) => self.jobs.push_back(Job {
                             walk: Walk::new(trace, frontier, h.panes),
                             to,
                         }),
@@ -411,20 +401,20 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                 }
             },
             Command::BuildJoin(id) => {
-                joins.insert(id, JoinState::default());
+                self.joins.insert(id, JoinState::default());
                 Reply::Built
             }
             Command::InsertJoin(id, sides) => {
-                if let Some(j) = joins.get_mut(&id) {
+                if let Some(j) = self.joins.get_mut(&id) {
                     for (side, rows) in sides.into_iter().enumerate() {
                         for (record, n) in rows {
                             j.insert(side, record, n);
                         }
                     }
                 }
-                continue;
+                return None;
             }
-            Command::AdvanceJoin { id, time, evict } => match joins.get_mut(&id) {
+            Command::AdvanceJoin { id, time, evict } => match self.joins.get_mut(&id) {
                 None => Reply::Unknown(id),
                 Some(j) => {
                     // the pairs are made as rows come: a step takes them, then drops
@@ -434,7 +424,7 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                     join_reply(j, pairs, Some(time))
                 }
             },
-            Command::FinishJoin(id) => match joins.get_mut(&id) {
+            Command::FinishJoin(id) => match self.joins.get_mut(&id) {
                 None => Reply::Unknown(id),
                 Some(j) => {
                     let pairs = j.take_pairs();
@@ -442,28 +432,83 @@ pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
                     join_reply(j, pairs, None)
                 }
             },
-            Command::SnapshotJoin { id, frontier } => match joins.get(&id) {
+            Command::SnapshotJoin { id, frontier } => match self.joins.get(&id) {
                 None => Reply::Unknown(id),
                 Some(j) => Reply::JoinRows(j.open_rows(frontier)),
             },
             Command::Drop(id) => {
-                if let Some(h) = hosted.remove(&id) {
-                    retire(worker, h, &aborted);
+                if let Some(h) = self.hosted.remove(&id) {
+                    retire(worker, h, aborted);
                 }
-                joins.remove(&id);
+                self.joins.remove(&id);
                 Reply::Dropped
             }
-            Command::Shutdown => break,
+            // the thread's loop stops on it before handing it here
+            Command::Shutdown => return None,
             #[cfg(test)]
             Command::Panic => panic!("worker panic induced by a test"),
         };
-        if end.replies.send(reply).is_err() {
-            break;
+        Some(reply)
+    }
+
+    /// Whether a snapshot is being read.
+    pub(crate) fn reading(&self) -> bool {
+        !self.jobs.is_empty()
+    }
+
+    /// Reads and sends the next chunk of the oldest snapshot being read.
+    pub(crate) fn read_chunk(&mut self, worker: usize) {
+        if let Some(job) = self.jobs.front_mut() {
+            if job.step(worker) {
+                self.jobs.pop_front();
+            }
         }
     }
-    for (_, h) in hosted.drain() {
-        retire(worker, h, &aborted);
+
+    /// Retires every hosted dataflow (see [`retire`]).
+    pub(crate) fn retire_all(&mut self, worker: &mut Worker, aborted: &dyn Fn() -> bool) {
+        for (_, h) in self.hosted.drain() {
+            retire(worker, h, aborted);
+        }
     }
+}
+
+/// Runs the command loop of one worker until `Shutdown` or until the host goes away,
+/// hosting every dataflow the host builds on it.
+///
+/// `abort` is raised by the host when a peer died: step loops then stop waiting for a
+/// frontier that will never move, and dataflows are dropped instead of drained.
+pub(crate) fn run(worker: &mut Worker, end: WorkerEnd, abort: Arc<AtomicBool>) {
+    let mut hosting = Hosting::default();
+    let aborted = || abort.load(Ordering::Relaxed);
+    let me = worker.index();
+    loop {
+        // snapshots are read between commands, a chunk at a time
+        let command = if hosting.reading() {
+            match end.commands.try_recv() {
+                Ok(c) => c,
+                Err(TryRecvError::Empty) => {
+                    hosting.read_chunk(me);
+                    continue;
+                }
+                Err(TryRecvError::Disconnected) => break,
+            }
+        } else {
+            match receive(&end.commands) {
+                Some(c) => c,
+                None => break,
+            }
+        };
+        if matches!(command, Command::Shutdown) {
+            break;
+        }
+        if let Some(reply) = hosting.apply(worker, command, &aborted) {
+            if end.replies.send(reply).is_err() {
+                break;
+            }
+        }
+    }
+    hosting.retire_all(worker, &aborted);
 }
 
 /// A join's step reply: its pairs, frontier and size.

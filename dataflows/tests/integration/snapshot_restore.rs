@@ -181,12 +181,23 @@ proptest::proptest! {
 
 /// A snapshot read in the background while the dataflow keeps stepping holds the state at
 /// the moment it began: the same as a snapshot of a twin dataflow stopped there. The state
-/// spans several of a worker's chunks, so steps run between chunks.
+/// spans several of a worker's chunks, so steps run between chunks. On worker threads.
 #[test]
 fn a_background_snapshot_is_the_state_when_it_began() {
+    background_snapshot(thund_dataflows::Cluster::start(2).expect("cluster"));
+}
+
+/// The same with one worker stepped on the caller's thread: the snapshot is read by the
+/// thread that waits for it, while another thread steps the dataflow.
+#[test]
+fn a_background_snapshot_on_an_inline_worker_is_the_state_when_it_began() {
+    background_snapshot(thund_dataflows::Cluster::inline());
+}
+
+fn background_snapshot(cluster: thund_dataflows::Cluster) {
     let kinds = ALL_KINDS.to_vec();
-    let cluster = thund_dataflows::Cluster::start(2).expect("cluster");
-    let config = Config::new(kinds.clone()).with_workers(2);
+    let workers = cluster.workers();
+    let config = Config::new(kinds.clone()).with_workers(workers);
     let mut live = WindowedAggregate::spawn_on(&cluster, config.clone()).expect("spawn");
     let mut twin = WindowedAggregate::spawn_on(&cluster, config).expect("spawn");
     let mut rng = Rng::new(11);
@@ -214,16 +225,22 @@ fn a_background_snapshot_is_the_state_when_it_began() {
     let b = batch(25, 60_000);
     live.insert(b.clone()).expect("insert");
     twin.insert(b).expect("insert");
-    let pending = live.begin_snapshot().expect("begin");
     let expected = twin.snapshot().expect("snapshot");
-    let mut closed_after = 0;
-    for w in [30, 40, 50, 60] {
-        live.insert(batch(w, 60_000)).expect("insert");
-        closed_after += live.advance_to(w).expect("advance").closed.len();
-    }
+    let pending = live.begin_snapshot().expect("begin");
+    let later: Vec<Vec<Update>> = [30, 40, 50, 60].iter().map(|&w| batch(w, 60_000)).collect();
+    // one thread waits for the snapshot while this one keeps stepping
+    let (got, closed_after) = std::thread::scope(|s| {
+        let waiting = s.spawn(move || pending.wait());
+        let mut closed_after = 0;
+        for (w, b) in [30, 40, 50, 60].into_iter().zip(later) {
+            live.insert(b).expect("insert");
+            closed_after += live.advance_to(w).expect("advance").closed.len();
+        }
+        (waiting.join().expect("no panic"), closed_after)
+    });
+    let got = got.expect("wait");
     assert!(closed_after > 0, "later steps closed windows meanwhile");
-    let got = pending.wait().expect("wait");
-    assert_eq!(got.len(), 2);
+    assert_eq!(got.len(), workers);
     assert!(got.iter().map(|(_, u)| u.len()).sum::<usize>() > 2 * (1 << 15));
     assert_eq!(got, expected);
 }
