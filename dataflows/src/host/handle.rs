@@ -1,6 +1,6 @@
 //! The host-side handle on a running windowed-aggregate dataflow: [`WindowedAggregate`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -9,7 +9,7 @@ use super::worker::{lower, next_time, out_of_turn, Chunk, Command, DataflowId, R
 use crate::error::{Error, Result};
 use crate::state::agg::{AggKind, AggState, Update};
 use crate::state::diff::Acc;
-use crate::state::open::MAX_SPARE;
+use crate::state::open::{fold_closed, MAX_SPARE};
 use crate::time::{event_time, start_of, Time};
 use crate::typedefs::{owner_hash, WindowKey};
 use crate::window::{expiry, EventTime, Key, Panes, Window};
@@ -154,6 +154,12 @@ pub struct WindowedAggregate {
     /// State vectors handed back by [`recycle`](Self::recycle), for the workers to fill
     /// at the next step.
     spare: Vec<Vec<AggState>>,
+    /// Open windows some worker received contributions of, as `(end, start)`: a window
+    /// not among them that closes at a step is folded on the host (see
+    /// [`close_fresh`](Self::close_fresh)).
+    held: BTreeSet<(EventTime, EventTime)>,
+    /// The closed windows a step folded on the host, sorted, for `advance_to`.
+    fresh_closed: Vec<Update>,
 }
 
 impl std::fmt::Debug for WindowedAggregate {
@@ -208,6 +214,8 @@ impl WindowedAggregate {
             poisoned: None,
             report_changes: true,
             spare: Vec::new(),
+            held: BTreeSet::new(),
+            fresh_closed: Vec::new(),
             config,
         };
         let (kinds, panes, trace) = (df.config.aggs.clone(), df.config.panes, df.config.trace);
@@ -291,7 +299,9 @@ impl WindowedAggregate {
     ///
     /// Updates are routed to the worker that owns their `(window, key)` and enter its input
     /// at the next step; updates of one `(window, key)` are summed there (by the
-    /// arrangement's consolidation, or the fold into the open windows without a trace),
+    /// arrangement's consolidation, or the fold into the open windows without a trace).
+    /// A window none of whose updates reached a worker and that the next step closes is
+    /// summed on the caller's thread instead (the same states, without the round trip),
     /// so callers should pre-aggregate (see
     /// [`crate::PreAggregator`]): the dataflow's cost is per update. An `i128` overflow of such a
     /// sum is [`Error::Overflow`] from the next step, and poisons the dataflow.
@@ -424,8 +434,12 @@ impl WindowedAggregate {
             Some(self.next_time()?)
         };
         let (closed, changed, changed_panes) = self.step(target)?;
-        // each (window, key) closes once: the sort alone
-        let closed = sorted_latest(closed);
+        // each (window, key) closes once: the sort alone; the windows folded on the host
+        // are others
+        let closed = merge_sorted(
+            sorted_latest(closed),
+            std::mem::take(&mut self.fresh_closed),
+        );
         if !self.owed.is_empty() {
             for u in &closed {
                 self.owed.remove(&(u.window, u.key));
@@ -484,6 +498,10 @@ impl WindowedAggregate {
     #[allow(clippy::type_complexity)]
     fn step(&mut self, target: Option<Time>) -> Result<(Vec<Update>, Vec<Update>, Vec<Update>)> {
         let (id, changes) = (self.id, self.report_changes);
+        let fresh = match target {
+            Some(t) if event_time(t) > self.frontier() => self.close_fresh(event_time(t)),
+            _ => Ok(Vec::new()),
+        };
         // the spare state vectors, shared out among the workers
         let n = self.config.workers;
         let mut spare = std::mem::take(&mut self.spare);
@@ -537,16 +555,78 @@ impl WindowedAggregate {
                 self.time = t;
                 // Every worker's probe passed `t` and the input holds `t`: the frontier is `t`.
                 self.frontier = Some(frontier.unwrap_or(t).min(t));
+                // the windows that closed are held no more
+                let now = event_time(t);
+                self.held = match now.checked_add(1) {
+                    Some(next) => self.held.split_off(&(next, EventTime::MIN)),
+                    None => BTreeSet::new(),
+                };
             }
             None => {
                 self.time = Time::MAX;
                 self.frontier = None;
+                self.held.clear();
             }
         }
         if let Some(e) = first_error {
             return Err(self.poison(e));
         }
+        match fresh {
+            Ok(fresh) => self.fresh_closed = fresh,
+            Err(e) => return Err(self.poison(e)),
+        }
         Ok((closed, changed, changed_panes))
+    }
+
+    /// Takes the pending contributions of windows that close at this step (`end <= now`)
+    /// and that no worker holds (all their contributions came since the last step), and
+    /// folds them on the host: sent, they would be folded and closed within the step, so
+    /// the result is the same closed updates (sorted by `(window, key)`) without the round
+    /// trip. Without panes only (a pane feeds windows that close at other steps).
+    fn close_fresh(&mut self, now: EventTime) -> Result<Vec<Update>> {
+        if self.config.panes.is_some() {
+            return Ok(Vec::new());
+        }
+        let held = &self.held;
+        // decided once per run of one window's contributions
+        let fresh = || {
+            let mut last: Option<(Window, bool)> = None;
+            move |w: Window| match last {
+                Some((l, f)) if l == w => f,
+                _ => {
+                    let f = w.end <= now && !held.contains(&(w.end, w.start));
+                    last = Some((w, f));
+                    f
+                }
+            }
+        };
+        let mut is_fresh = fresh();
+        let mut taken: Vec<&(WindowKey, Time, Acc)> = Vec::new();
+        for part in &self.pending {
+            for e in part {
+                if is_fresh(e.0 .0) {
+                    if taken.is_empty() {
+                        taken.reserve(self.pending.iter().map(Vec::len).sum());
+                    }
+                    taken.push(e);
+                }
+            }
+        }
+        if taken.is_empty() {
+            return Ok(Vec::new());
+        }
+        let order = sort_order(&taken, |e| e.0);
+        let runs = order.map(|(_, i)| {
+            let ((window, key), _, acc) = taken[i];
+            (*window, *key, acc)
+        });
+        let closed = fold_closed(&self.config.aggs, runs, &mut self.spare)?;
+        drop(taken);
+        let mut is_fresh = fresh();
+        for part in &mut self.pending {
+            part.retain(|((w, _), _, _)| !is_fresh(*w));
+        }
+        Ok(closed)
     }
 
     /// The output frontier as event time: every time before it is complete, and every window
@@ -714,6 +794,14 @@ impl WindowedAggregate {
         for w in 0..self.pending.len() {
             if !self.pending[w].is_empty() {
                 let part = std::mem::take(&mut self.pending[w]);
+                // the windows the workers now hold (contributions come in runs of a window)
+                let mut last = None;
+                for ((window, _), _, _) in &part {
+                    if last != Some(*window) {
+                        last = Some(*window);
+                        self.held.insert((window.end, window.start));
+                    }
+                }
                 links.send(w, Command::Insert(self.id, part))?;
             }
         }
@@ -748,34 +836,93 @@ fn with_owed(
 /// 64 bits (key ids are dense: they do unless a step holds very many windows
 /// or keys), one integer per update is sorted; else a pair.
 fn sorted_latest(updates: Vec<Update>) -> Vec<Update> {
-    let mut windows: Vec<Window> = updates.iter().map(|u| u.window).collect();
+    let order = sort_order(&updates, |u| (u.window, u.key));
+    last_of_each(updates, order)
+}
+
+/// The order of `items` by `(window, key)` (`of` reads them): each one's sort key and
+/// index, sorted, so equal `(window, key)`s come together in the order of their indices.
+/// Sorted as one packed integer per item (window rank, key, index) where it fits.
+fn sort_order<T>(items: &[T], of: impl Fn(&T) -> (Window, Key)) -> Order {
+    let mut windows: Vec<Window> = items.iter().map(|u| of(u).0).collect();
     windows.dedup();
     windows.sort_unstable();
     windows.dedup();
-    let rank = |u: &Update| windows.binary_search(&u.window).unwrap_or_else(|r| r) as u64;
+    let rank = |w: &Window| windows.binary_search(w).unwrap_or_else(|r| r) as u64;
     let bits = |n: u64| u64::BITS - n.leading_zeros();
-    let (rank_bits, index_bits) = (bits(windows.len() as u64), bits(updates.len() as u64));
-    let key_bits = bits(updates.iter().map(|u| u.key).max().unwrap_or(0));
+    let (rank_bits, index_bits) = (bits(windows.len() as u64), bits(items.len() as u64));
+    let key_bits = bits(items.iter().map(|u| of(u).1).max().unwrap_or(0));
     if rank_bits + key_bits + index_bits <= u64::BITS {
-        let mut packed: Vec<u64> = updates
+        let mut packed: Vec<u64> = items
             .iter()
             .enumerate()
-            .map(|(i, u)| (rank(u) << key_bits | u.key) << index_bits | i as u64)
+            .map(|(i, u)| {
+                let (window, key) = of(u);
+                (rank(&window) << key_bits | key) << index_bits | i as u64
+            })
             .collect();
         packed.sort_unstable();
-        let index_mask = (1u64 << index_bits) - 1;
-        let order = packed
-            .into_iter()
-            .map(|p| (u128::from(p >> index_bits), (p & index_mask) as usize));
-        last_of_each(updates, order)
+        Order::Packed(packed.into_iter(), index_bits)
     } else {
-        let mut wide: Vec<(u128, u32)> = updates
+        let mut wide: Vec<(u128, u32)> = items
             .iter()
             .enumerate()
-            .map(|(i, u)| (u128::from(rank(u)) << 64 | u128::from(u.key), i as u32))
+            .map(|(i, u)| {
+                let (window, key) = of(u);
+                (u128::from(rank(&window)) << 64 | u128::from(key), i as u32)
+            })
             .collect();
         wide.sort_unstable();
-        last_of_each(updates, wide.into_iter().map(|(k, i)| (k, i as usize)))
+        Order::Wide(wide.into_iter())
+    }
+}
+
+/// What [`sort_order`] gives: `(sort key, index)` in order.
+enum Order {
+    /// Packed integers and the bits of their index.
+    Packed(std::vec::IntoIter<u64>, u32),
+    Wide(std::vec::IntoIter<(u128, u32)>),
+}
+
+impl Iterator for Order {
+    type Item = (u128, usize);
+
+    fn next(&mut self) -> Option<(u128, usize)> {
+        match self {
+            Order::Packed(packed, bits) => packed.next().map(|p| {
+                let index = p & ((1u64 << *bits) - 1);
+                (u128::from(p >> *bits), index as usize)
+            }),
+            Order::Wide(wide) => wide.next().map(|(k, i)| (k, i as usize)),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            Order::Packed(packed, _) => packed.size_hint(),
+            Order::Wide(wide) => wide.size_hint(),
+        }
+    }
+}
+
+/// Two lists of updates sorted by `(window, key)`, with no `(window, key)` in both, as one.
+fn merge_sorted(a: Vec<Update>, b: Vec<Update>) -> Vec<Update> {
+    if b.is_empty() {
+        return a;
+    }
+    if a.is_empty() {
+        return b;
+    }
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let take_a = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => (x.window, x.key) < (y.window, y.key),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return out,
+        };
+        out.extend(if take_a { a.next() } else { b.next() });
     }
 }
 

@@ -144,8 +144,17 @@ impl OpenWindows {
         // from), then, when changes are tracked, every open window holding it
         let ends = (expiry(self.panes, unit), unit.start);
         let pane = self.panes_by_expiry.entry(ends).or_default();
-        if fold_states(&self.kinds, pane, key, diff, unit, &mut self.error, false)
-            && self.track
+        let spare = &mut self.spare;
+        if fold_states(
+            &self.kinds,
+            pane,
+            key,
+            diff,
+            unit,
+            &mut self.error,
+            false,
+            spare,
+        ) && self.track
             && self.panes_reported
         {
             self.changed_panes.insert((unit, key));
@@ -176,6 +185,7 @@ impl OpenWindows {
             window,
             &mut self.error,
             track,
+            &mut self.spare,
         ) && track
         {
             self.changed.push((window, key));
@@ -183,19 +193,7 @@ impl OpenWindows {
     }
 
     fn fail(&mut self, window: Window, diff: &Acc) {
-        let kind = diff
-            .first_kind()
-            .or_else(|| self.kinds.first().copied())
-            .unwrap_or(AggKind::SumInt);
-        self.error = Some(Error::Overflow {
-            kind,
-            window: Some(window),
-            detail: if diff.overflow {
-                "in the dataflow's accumulation".to_string()
-            } else {
-                format!("malformed accumulation (n = {})", diff.n)
-            },
-        });
+        self.error = Some(malformed(&self.kinds, window, diff));
     }
 
     /// Whether the next steps track the open states that change (what
@@ -390,10 +388,68 @@ impl OpenWindows {
     }
 }
 
+/// The error for a contribution that overflowed or does not suit the aggregates.
+fn malformed(kinds: &[AggKind], window: Window, diff: &Acc) -> Error {
+    let kind = diff
+        .first_kind()
+        .or_else(|| kinds.first().copied())
+        .unwrap_or(AggKind::SumInt);
+    Error::Overflow {
+        kind,
+        window: Some(window),
+        detail: if diff.overflow {
+            "in the dataflow's accumulation".to_string()
+        } else {
+            format!("malformed accumulation (n = {})", diff.n)
+        },
+    }
+}
+
+/// The final states of windows that open and close within one step, folded on the host
+/// from their contributions as a worker folds them (see [`OpenWindows::apply`]): `runs`
+/// gives each `(window, key)`'s contributions together, in `(window, key)` order, and
+/// the result has one update per `(window, key)` in that order. New state vectors come
+/// from `spare` while it lasts.
+pub(crate) fn fold_closed<'a>(
+    kinds: &[AggKind],
+    runs: impl Iterator<Item = (Window, Key, &'a Acc)>,
+    spare: &mut Vec<Vec<AggState>>,
+) -> Result<Vec<Update>, Error> {
+    let mut out: Vec<Update> = Vec::with_capacity(runs.size_hint().0);
+    for (window, key, diff) in runs {
+        if diff.overflow || diff.n < 0 || diff.len() != kinds.len() {
+            return Err(malformed(kinds, window, diff));
+        }
+        match out.last_mut() {
+            Some(u) if u.window == window && u.key == key => {
+                for (i, state) in u.aggs.iter_mut().enumerate() {
+                    let (kind, part) = diff.get(i);
+                    *state = state
+                        .combined(kind, &part)
+                        .map_err(|e| with_context(e, window, i))?;
+                }
+            }
+            _ => {
+                let aggs = match spare.pop() {
+                    Some(mut states) => {
+                        states.clear();
+                        states.extend(diff.states());
+                        states
+                    }
+                    None => diff.states().collect(),
+                };
+                out.push(Update { window, key, aggs });
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Folds `diff` into `key`'s states in `groups`; whether they changed, or with `list`,
 /// whether they changed and were not yet listed as changed (they then are: the caller
 /// lists them). An error is kept in `error` (with `window` as its context); the states
-/// are then unspecified.
+/// are then unspecified. A new group's states go into a `spare` vector if there is one.
+#[allow(clippy::too_many_arguments)]
 fn fold_states(
     kinds: &[AggKind],
     groups: &mut HashMap<Key, Group>,
@@ -402,6 +458,7 @@ fn fold_states(
     window: Window,
     error: &mut Option<Error>,
     list: bool,
+    spare: &mut Vec<Vec<AggState>>,
 ) -> bool {
     match groups.entry(key) {
         Entry::Occupied(mut g) => {
@@ -430,9 +487,17 @@ fn fold_states(
             first
         }
         Entry::Vacant(v) => {
+            let states = match spare.pop() {
+                Some(mut states) => {
+                    states.clear();
+                    states.extend(diff.states());
+                    states
+                }
+                None => diff.states().collect(),
+            };
             v.insert(Group {
                 n: diff.n,
-                states: diff.states().collect(),
+                states,
                 listed: list,
             });
             true

@@ -14,6 +14,34 @@ fn sum_update(window: Window, x: i128) -> Update {
     }
 }
 
+/// A window whose rows all come before the step that closes it is folded on the host:
+/// an overflow there is the same error, and poisons the dataflow the same way.
+#[test]
+fn i128_sum_overflow_in_a_window_closed_by_its_first_step_is_an_error() {
+    let w = Window::new(0, 10);
+    for (workers, batches) in [
+        (1, vec![vec![i128::MAX], vec![1]]),
+        (2, vec![vec![i128::MIN, -1]]),
+        (2, vec![vec![i128::MAX - 5], vec![3], vec![3]]),
+    ] {
+        let mut df =
+            WindowedAggregate::spawn(Config::new(vec![AggKind::SumInt]).with_workers(workers))
+                .expect("spawn");
+        for xs in &batches {
+            df.insert(xs.iter().map(|&x| sum_update(w, x)).collect())
+                .expect("insert");
+        }
+        match df.advance_to(10) {
+            Err(Error::Overflow { kind, window, .. }) => {
+                assert_eq!(kind, AggKind::SumInt);
+                assert_eq!(window, Some(w));
+            }
+            other => panic!("expected overflow, got {other:?}"),
+        }
+        assert!(matches!(df.advance_to(20), Err(Error::Poisoned { .. })));
+    }
+}
+
 #[test]
 fn i128_sum_overflow_is_an_error() {
     let w = Window::new(0, 10);
