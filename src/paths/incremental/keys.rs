@@ -440,9 +440,37 @@ pub(super) struct KeyDictionary {
     /// few (the open windows'), so a bucket per end, not a heap of every
     /// `(end, id)`.
     expiry: BTreeMap<EventTime, Vec<u64>>,
+    /// Ids whose last window closed, their keys kept (see [`Self::reclaim`]); may
+    /// name an id seen again since, each at most once.
+    expired: Vec<u64>,
+    /// By id: whether it is in `expired`.
+    listed: Vec<bool>,
+    /// How many ids are expired and kept: in none of the open windows.
+    cached: usize,
+    /// The last `w` given to [`Self::reclaim`]: an id whose latest end is at or
+    /// before it is expired.
+    through: EventTime,
+    /// Expired keys kept at least (0: none, each freed as it expires).
+    cache: usize,
 }
 
+/// Expired keys an engine's dictionary keeps at least before it frees them
+/// (and at least as many as it holds live ones): a key that comes back in a
+/// later window, as keys of a bounded key space do, keeps its id instead of
+/// being removed and interned again. Memory stays within twice the live
+/// keys, or this many more.
+const CACHED_KEYS: usize = 1 << 16;
+
 impl KeyDictionary {
+    /// A dictionary that keeps up to [`CACHED_KEYS`] expired keys (see
+    /// [`Self::reclaim`]).
+    pub(super) fn caching() -> Self {
+        KeyDictionary {
+            cache: CACHED_KEYS,
+            ..Self::default()
+        }
+    }
+
     /// The id of a key held: by its [`packed`] form `p`, else its `key` bytes.
     fn lookup(&self, p: Option<u128>, key: &[u8]) -> Option<u64> {
         match p {
@@ -465,12 +493,19 @@ impl KeyDictionary {
             (None, None) => self.ids.get(key),
         };
         let id = match found {
-            Some(&id) => id,
+            Some(&id) => {
+                // an expired key comes back
+                if self.latest[id as usize] <= self.through && self.cached > 0 {
+                    self.cached -= 1;
+                }
+                id
+            }
             None => {
                 let id = match self.free.pop() {
                     Some(id) => id,
                     None => {
                         self.latest.push(EventTime::MIN);
+                        self.listed.push(false);
                         self.keys.push()
                     }
                 };
@@ -501,36 +536,78 @@ impl KeyDictionary {
 
     /// Frees the ids whose every window ends at or before `w` (they have
     /// all closed). Call after the results of the step to `w` are rendered.
+    ///
+    /// With a cache ([`Self::caching`]), an expired key is kept, with its id,
+    /// while the expired keys kept are at most the cache's size or as many as
+    /// the live ones; past that (and at the end of stream) they are all freed
+    /// at once.
     pub(super) fn reclaim(&mut self, w: EventTime) {
+        self.through = self.through.max(w);
         while let Some(bucket) = self.expiry.first_entry() {
             if *bucket.key() > w {
                 break;
             }
-            let (end, mut ids) = bucket.remove_entry();
-            // freed in the order of ids, as a heap of (end, id) popped them
-            ids.sort_unstable();
+            let (end, ids) = bucket.remove_entry();
             for id in ids {
                 // an id seen in a later window since stays; one freed already has an empty slot
-                if self.latest[id as usize] != end {
-                    continue;
-                }
-                if let Some(key) = self.keys.slot_mut(id).take() {
-                    let bytes = key.as_slice();
-                    match (packed(bytes), packed_mid(bytes)) {
-                        (Some(p), _) => self.short.remove(&p),
-                        (None, Some(m)) => self.mid.remove(&m),
-                        (None, None) => self.ids.remove(bytes),
-                    };
-                    self.free.push(id);
+                if self.latest[id as usize] == end && self.keys.get(id).is_some() {
+                    if !self.listed[id as usize] {
+                        self.listed[id as usize] = true;
+                        self.expired.push(id);
+                    }
+                    self.cached += 1;
                 }
             }
         }
+        let live = self.held() - self.cached;
+        let keep = match self.cache {
+            0 => 0,
+            n => n.max(live),
+        };
+        if self.cached > keep || w == EventTime::MAX {
+            self.free_expired();
+        } else if self.expired.len() > 2 * keep {
+            // ids seen again since: forget them here
+            let (latest, listed, through) = (&self.latest, &mut self.listed, self.through);
+            self.expired.retain(|&id| {
+                let keep = latest[id as usize] <= through;
+                listed[id as usize] = keep;
+                keep
+            });
+        }
     }
 
-    /// Keys held.
+    /// Frees every expired id kept (in the order of ids).
+    fn free_expired(&mut self) {
+        let mut ids = std::mem::take(&mut self.expired);
+        ids.sort_unstable();
+        for id in ids {
+            self.listed[id as usize] = false;
+            if self.latest[id as usize] > self.through {
+                continue;
+            }
+            if let Some(key) = self.keys.slot_mut(id).take() {
+                let bytes = key.as_slice();
+                match (packed(bytes), packed_mid(bytes)) {
+                    (Some(p), _) => self.short.remove(&p),
+                    (None, Some(m)) => self.mid.remove(&m),
+                    (None, None) => self.ids.remove(bytes),
+                };
+                self.free.push(id);
+            }
+        }
+        self.cached = 0;
+    }
+
+    /// Keys held, live and expired.
+    fn held(&self) -> usize {
+        self.short.len() + self.mid.len() + self.ids.len()
+    }
+
+    /// Live keys held: in an open window.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.short.len() + self.mid.len() + self.ids.len()
+        self.held() - self.cached
     }
 }
 
@@ -668,7 +745,7 @@ pub(super) struct Keys {
 impl Keys {
     pub(super) fn new(n: usize) -> Self {
         Keys {
-            shards: (0..n.max(1)).map(|_| KeyDictionary::default()).collect(),
+            shards: (0..n.max(1)).map(|_| KeyDictionary::caching()).collect(),
         }
     }
 
@@ -1011,6 +1088,55 @@ mod tests {
         assert_eq!(before.bytes(b), b"", "b was free when it was taken");
         d.reclaim(EventTime::MAX);
         assert_eq!(d.len(), 0);
+    }
+
+    /// With a cache, a key whose windows all closed keeps its id while few
+    /// expired keys are kept: back in a later window, it is found, not
+    /// interned again. Past the cache (and more than the live keys), every
+    /// expired key is freed and its id reused; the live count is exact
+    /// throughout, and what is held stays within the bound.
+    #[test]
+    fn expired_keys_are_kept_up_to_the_cache() {
+        let mut d = KeyDictionary {
+            cache: 4,
+            ..KeyDictionary::default()
+        };
+        let a = d.intern(b"a", 10);
+        let b = d.intern(b"b", 10);
+        d.reclaim(10);
+        assert_eq!((d.len(), d.held()), (0, 2), "expired, kept");
+        assert_eq!(d.bytes(b), b"b");
+        assert_eq!(d.intern(b"b", 20), b, "back in a later window: its id");
+        assert_eq!(d.len(), 1);
+        // six more expire: past the cache of 4 (and the one live key)
+        for k in 0..6u8 {
+            d.intern(&[b'k', k], 20);
+        }
+        d.intern(b"live", 30);
+        d.reclaim(20);
+        assert_eq!((d.len(), d.held()), (1, 1), "all expired keys freed");
+        assert_eq!(d.bytes(a), b"", "a's id is free");
+        let c = d.intern(b"c", 40);
+        assert!(c <= 8, "a freed id is reused: {c}");
+        assert_eq!(d.bytes(c), b"c");
+        // a long run: what is held stays within twice the live keys or the cache
+        let mut model: std::collections::BTreeMap<Vec<u8>, EventTime> = Default::default();
+        model.insert(b"live".to_vec(), 30);
+        model.insert(b"c".to_vec(), 40);
+        let mut x: u64 = 3;
+        for w in 30..2_000i64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let key = ((x >> 33) % 40).to_be_bytes();
+            let end = w + 1 + (x >> 60) as EventTime;
+            let id = d.intern(&key, end);
+            assert_eq!(d.bytes(id), key.as_slice());
+            let e = model.entry(key.to_vec()).or_insert(end);
+            *e = (*e).max(end);
+            d.reclaim(w);
+            model.retain(|_, end| *end > w);
+            assert_eq!(d.len(), model.len());
+            assert!(d.held() <= 2 * model.len().max(4) + 1, "{}", d.held());
+        }
     }
 
     /// A snapshot keeps every id's bytes across chunks while the dictionary
