@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch};
-use arrow::compute::{filter, filter_record_batch, prep_null_mask_filter};
+use arrow::compute::{concat_batches, filter, filter_record_batch, prep_null_mask_filter};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::datasource::TableProvider;
@@ -109,6 +109,11 @@ pub(crate) struct JoinView {
     dirty: BTreeSet<Window>,
     /// Update mode: each open window's result at its last evaluation.
     shown: BTreeMap<Window, RecordBatch>,
+    /// Update mode over a rest that maps each pair on its own: the rows shown
+    /// so far of each open window they are all the rows of (it opened in this
+    /// run, not before a restore, and took no retraction). Its final rows are
+    /// these and its last pairs' rows, not the rest run over all its pairs.
+    rows_shown: BTreeMap<Window, Vec<RecordBatch>>,
     closed_results: ClosedResults,
     /// The rest of the query as an incremental aggregate over the join's
     /// output, where it is one: it keeps the groups and emits.
@@ -314,6 +319,7 @@ impl JoinView {
             windows: BTreeSet::new(),
             dirty: BTreeSet::new(),
             shown: BTreeMap::new(),
+            rows_shown: BTreeMap::new(),
             closed_results: ClosedResults::default(),
             fillers: RefCell::default(),
         })
@@ -736,6 +742,7 @@ impl JoinView {
         self.pairs.remove(win);
         self.dirty.remove(win);
         self.shown.remove(win);
+        self.rows_shown.remove(win);
     }
 
     /// Each side's open rows, decoded, as its state file.
@@ -809,6 +816,16 @@ impl ViewRuntime for JoinView {
             true => pairs.clone(),
             false => Vec::new(),
         };
+        // a window opening now has all its rows shown from here on, unless a
+        // pair of it is ever retracted
+        for p in &fresh {
+            if !self.pairs.contains_key(&p.window) {
+                self.rows_shown.entry(p.window).or_default();
+            }
+        }
+        for p in fresh.iter().filter(|p| p.count <= 0) {
+            self.rows_shown.remove(&p.window);
+        }
         self.add_pairs(pairs);
         let w = match w {
             Some(w) => w,
@@ -840,10 +857,27 @@ impl ViewRuntime for JoinView {
                 for (win, pairs) in &by_window {
                     let res = self.eval_pairs(*win, pairs)?;
                     out.batches.push(self.bounded(*win, &res, Some(false))?);
+                    if let Some(shown) = self.rows_shown.get_mut(win) {
+                        shown.push(res);
+                    }
                 }
                 self.dirty.clear();
                 for win in &closing {
-                    let res = self.eval_window(*win)?;
+                    let res = match self.rows_shown.remove(win) {
+                        Some(mut parts) if !parts.is_empty() => {
+                            // the rows shown, and those of its pairs of this step
+                            let last: Vec<CountedPair> = fresh
+                                .iter()
+                                .filter(|p| p.window == *win)
+                                .map(|p| ((p.left, p.right), p.count))
+                                .collect();
+                            if !last.is_empty() {
+                                parts.push(self.eval_pairs(*win, &last)?);
+                            }
+                            concat_batches(&parts[0].schema(), &parts)?
+                        }
+                        _ => self.eval_window(*win)?,
+                    };
                     out.batches.push(self.bounded(*win, &res, Some(true))?);
                     self.close(win);
                 }
