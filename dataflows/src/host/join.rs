@@ -190,6 +190,10 @@ impl WindowedJoin {
             }
         }
         let n = self.pending.len() as u64;
+        let share = rows.len() / self.pending.len().max(1) + rows.len() / 8 + 16;
+        for p in self.pending.iter_mut().flatten() {
+            p.reserve(share);
+        }
         for r in rows {
             let key = (r.window, r.key);
             // each worker holds the keys of its hash: send each row to its owner

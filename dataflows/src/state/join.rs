@@ -96,7 +96,10 @@ impl JoinState {
 
     /// The pairs made since the last call.
     pub(crate) fn take_pairs(&mut self) -> Vec<Pair> {
-        std::mem::take(&mut self.pairs)
+        // room for as many as the last step made: the next step's pairs are not copied
+        // again and again as their vector doubles
+        let n = self.pairs.len();
+        std::mem::replace(&mut self.pairs, Vec::with_capacity(n))
     }
 
     /// Drops the rows of `windows` (they closed).

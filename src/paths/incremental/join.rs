@@ -380,6 +380,8 @@ impl JoinView {
             return Ok(());
         }
         let (key_cols, key_rows) = self.encode(s, rows)?;
+        // a row per window it is in: at least one each (room made once, not by doubling)
+        out.reserve(n);
         let floor = w_prev.unwrap_or(EventTime::MIN);
         let open = |window: &Window| w_prev.is_none() || window.end > floor;
         // the rows that join, stored once each until the last of their
