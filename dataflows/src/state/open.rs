@@ -144,7 +144,6 @@ impl OpenWindows {
         // from), then, when changes are tracked, every open window holding it
         let ends = (expiry(self.panes, unit), unit.start);
         let pane = self.panes_by_expiry.entry(ends).or_default();
-        let spare = &mut self.spare;
         if fold_states(
             &self.kinds,
             pane,
@@ -153,7 +152,7 @@ impl OpenWindows {
             unit,
             &mut self.error,
             false,
-            spare,
+            &mut self.spare,
         ) && self.track
             && self.panes_reported
         {
@@ -422,27 +421,45 @@ pub(crate) fn fold_closed<'a>(
         }
         match out.last_mut() {
             Some(u) if u.window == window && u.key == key => {
-                for (i, state) in u.aggs.iter_mut().enumerate() {
-                    let (kind, part) = diff.get(i);
-                    *state = state
-                        .combined(kind, &part)
-                        .map_err(|e| with_context(e, window, i))?;
-                }
+                combine_states(&mut u.aggs, diff, window)?;
             }
-            _ => {
-                let aggs = match spare.pop() {
-                    Some(mut states) => {
-                        states.clear();
-                        states.extend(diff.states());
-                        states
-                    }
-                    None => diff.states().collect(),
-                };
-                out.push(Update { window, key, aggs });
-            }
+            _ => out.push(Update {
+                window,
+                key,
+                aggs: new_states(spare, diff),
+            }),
         }
     }
     Ok(out)
+}
+
+/// A new group's states: `diff`'s, in a `spare` vector if there is one.
+#[inline]
+fn new_states(spare: &mut Vec<Vec<AggState>>, diff: &Acc) -> Vec<AggState> {
+    match spare.pop() {
+        Some(mut states) => {
+            states.clear();
+            states.extend(diff.states());
+            states
+        }
+        None => diff.states().collect(),
+    }
+}
+
+/// Folds `diff` into a group's `states` (of `window`); whether they changed. An error
+/// names the aggregate; the states are then unspecified.
+#[inline]
+fn combine_states(states: &mut [AggState], diff: &Acc, window: Window) -> Result<bool, Error> {
+    let mut changed = false;
+    for (i, state) in states.iter_mut().enumerate() {
+        let (kind, part) = diff.get(i);
+        let new = state
+            .combined(kind, &part)
+            .map_err(|e| with_context(e, window, i))?;
+        changed |= new != *state;
+        *state = new;
+    }
+    Ok(changed)
 }
 
 /// Folds `diff` into `key`'s states in `groups`; whether they changed, or with `list`,
@@ -464,20 +481,13 @@ fn fold_states(
         Entry::Occupied(mut g) => {
             let Group { n, states, listed } = g.get_mut();
             *n = n.wrapping_add(diff.n);
-            let mut changed = false;
-            for (i, state) in states.iter_mut().enumerate() {
-                let (kind, part) = diff.get(i);
-                match state.combined(kind, &part) {
-                    Ok(new) => {
-                        changed |= new != *state;
-                        *state = new;
-                    }
-                    Err(e) => {
-                        *error = Some(with_context(e, window, i));
-                        return false;
-                    }
+            let changed = match combine_states(states, diff, window) {
+                Ok(changed) => changed,
+                Err(e) => {
+                    *error = Some(e);
+                    return false;
                 }
-            }
+            };
             debug_assert_eq!(kinds.len(), states.len());
             if !list {
                 return changed;
@@ -487,17 +497,9 @@ fn fold_states(
             first
         }
         Entry::Vacant(v) => {
-            let states = match spare.pop() {
-                Some(mut states) => {
-                    states.clear();
-                    states.extend(diff.states());
-                    states
-                }
-                None => diff.states().collect(),
-            };
             v.insert(Group {
                 n: diff.n,
-                states,
+                states: new_states(spare, diff),
                 listed: list,
             });
             true
