@@ -115,31 +115,27 @@ impl Inline {
         }
     }
 
-    /// Applies a command on the caller's thread; a panic marks the worker dead
-    /// (`Err(())`), as a worker thread's panic ends its thread.
-    fn apply(&mut self, command: Command) -> std::result::Result<(), ()> {
+    /// Runs `f` on the worker and what it hosts, on the caller's thread; a panic marks
+    /// the worker dead (`Err(())`), as a worker thread's panic ends its thread. After
+    /// that nothing of the worker's state is read again: it is only dropped.
+    fn guarded<R>(
+        &mut self,
+        f: impl FnOnce(&mut Worker, &mut Hosting) -> R,
+    ) -> std::result::Result<R, ()> {
         if self.dead {
             return Err(());
         }
-        let Inline {
-            worker,
-            hosting,
-            replies,
-            ..
-        } = self;
-        // After a panic nothing of the worker's state is read again: it is only dropped.
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            hosting.apply(worker, command, &|| false)
-        })) {
-            Ok(reply) => {
-                replies.extend(reply);
-                Ok(())
-            }
-            Err(_) => {
-                self.dead = true;
-                Err(())
-            }
-        }
+        let (worker, hosting) = (&mut self.worker, &mut self.hosting);
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(worker, hosting)));
+        self.dead = ran.is_err();
+        ran.map_err(|_| ())
+    }
+
+    /// Applies a command (see [`Self::guarded`]), keeping its reply for the gather.
+    fn apply(&mut self, command: Command) -> std::result::Result<(), ()> {
+        let reply = self.guarded(|worker, hosting| hosting.apply(worker, command, &|| false))?;
+        self.replies.extend(reply);
+        Ok(())
     }
 }
 
@@ -247,14 +243,8 @@ impl Cluster {
         let mut links = self.links();
         match &mut links.to {
             To::Inline(inline) if !inline.dead && inline.hosting.reading() => {
-                let Inline {
-                    worker, hosting, ..
-                } = &mut **inline;
-                let me = worker.index();
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hosting.read_chunk(me)))
-                    .is_err()
-                {
-                    inline.dead = true;
+                let read = inline.guarded(|worker, hosting| hosting.read_chunk(worker.index()));
+                if read.is_err() {
                     links.abort.store(true, Ordering::Relaxed);
                 }
                 true
@@ -388,16 +378,9 @@ impl Drop for Shared {
                 }
             }
             // a dead worker's state is only dropped
-            To::Inline(inline) if !inline.dead => {
-                let Inline {
-                    worker, hosting, ..
-                } = &mut **inline;
-                let retired = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    hosting.retire_all(worker, &|| false)
-                }));
-                inline.dead = retired.is_err();
+            To::Inline(inline) => {
+                let _ = inline.guarded(|worker, hosting| hosting.retire_all(worker, &|| false));
             }
-            To::Inline(_) => {}
         }
         let guards = self
             .guards
