@@ -28,11 +28,16 @@ enum Op {
     Snapshot,
 }
 
-fn raw_update() -> impl Strategy<Value = RawUpdate> {
+/// Updates with window offsets, lengths and keys drawn from these ranges.
+fn raw_update_in(
+    offsets: std::ops::Range<u8>,
+    lens: std::ops::Range<u8>,
+    keys: std::ops::Range<u8>,
+) -> impl Strategy<Value = RawUpdate> {
     (
-        0u8..40,
-        1u8..25,
-        0u8..4,
+        offsets,
+        lens,
+        keys,
         prop_oneof![1 => Just(None), 4 => any::<i8>().prop_map(Some)],
     )
         .prop_map(|(offset, len, key, x)| RawUpdate {
@@ -43,35 +48,24 @@ fn raw_update() -> impl Strategy<Value = RawUpdate> {
         })
 }
 
-fn op() -> impl Strategy<Value = Op> {
+/// Inserts of `raw` updates, steps and snapshots.
+fn ops_of(raw: impl Strategy<Value = RawUpdate>) -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => prop::collection::vec(raw_update(), 0..8).prop_map(Op::Insert),
+        6 => prop::collection::vec(raw, 0..8).prop_map(Op::Insert),
         4 => (0u8..12).prop_map(Op::Advance),
         1 => Just(Op::Snapshot),
     ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    ops_of(raw_update_in(0..40, 1..25, 0..4))
 }
 
 /// Ops over few keys and short windows near the watermark: the same `(window, key)`
 /// often comes several times between steps, and most windows close at the next step
 /// (then folded on the host, none of their rows having reached a worker).
 fn dense_op() -> impl Strategy<Value = Op> {
-    let raw = (
-        8u8..14,
-        4u8..8,
-        0u8..2,
-        prop_oneof![1 => Just(None), 4 => any::<i8>().prop_map(Some)],
-    )
-        .prop_map(|(offset, len, key, x)| RawUpdate {
-            offset,
-            len,
-            key,
-            x,
-        });
-    prop_oneof![
-        6 => prop::collection::vec(raw, 0..8).prop_map(Op::Insert),
-        4 => (0u8..12).prop_map(Op::Advance),
-        1 => Just(Op::Snapshot),
-    ]
+    ops_of(raw_update_in(8..14, 4..8, 0..2))
 }
 
 fn key_of(k: u8) -> Key {
