@@ -820,10 +820,13 @@ impl ViewRuntime for JoinView {
         };
         // a window opening now has all its rows shown from here on, unless a
         // pair of it is ever retracted
+        let mut last = None;
         for p in &fresh {
-            if !self.pairs.contains_key(&p.window) {
+            // pairs come in runs of a window: looked up once a run
+            if last != Some(p.window) && !self.pairs.contains_key(&p.window) {
                 self.rows_shown.entry(p.window).or_default();
             }
+            last = Some(p.window);
         }
         for p in fresh.iter().filter(|p| p.count <= 0) {
             self.rows_shown.remove(&p.window);
