@@ -429,6 +429,8 @@ pub(crate) struct PostPlan {
     /// The rest is an aggregate over the groups that Update mode keeps (see
     /// `plan::outer`).
     pub outer: Option<Box<super::outer::OuterPlan>>,
+    /// A top-rows query's rest ranked without DataFusion (see `plan::ranks`).
+    pub ranked: Option<super::ranks::RankedRest>,
 }
 
 /// A top-rows query's rule (see `plan::rows`): a row with `n` rows strictly

@@ -13,6 +13,7 @@ mod extremal;
 mod join;
 mod outer;
 mod post;
+mod ranks;
 mod rows;
 mod shape;
 
@@ -29,6 +30,7 @@ pub(crate) use extremal::Extremal;
 pub use join::JoinPlan;
 pub(crate) use join::{CompiledJoin, CompiledSide, SideStep};
 pub(crate) use outer::{OuterPlan, PerRow};
+pub(crate) use ranks::RankedRest;
 
 use crate::spec::{ExecMode, ViewSpec};
 use crate::window::TimeWindows;
@@ -456,6 +458,7 @@ fn over_one_input(
             extremal,
             at_extremum,
             outer,
+            ranked: None,
         });
         return Ok((plan, compiled));
     }
@@ -605,7 +608,15 @@ fn top_rows(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    plan.keep = Some(top.describe);
+    let ranked = ranks::RankedRest::compile(
+        &top.rest,
+        datafusion::datasource::TableProvider::schema(top.table.as_ref()),
+        ctx,
+    );
+    plan.keep = Some(match ranked {
+        Some(_) => format!("{}; the rest ranks them without DataFusion", top.describe),
+        None => top.describe,
+    });
     plan.post = Some(top.rest.display_indent().to_string());
     let by_partition = top.by_partition.then(|| partition.clone());
     compiled.prune = Some(Prune {
@@ -621,6 +632,7 @@ fn top_rows(
         extremal: None,
         at_extremum: None,
         outer: None,
+        ranked,
     });
     Ok((plan, compiled))
 }

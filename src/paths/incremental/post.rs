@@ -33,7 +33,7 @@ use crate::paths::changes::{changed_rows, take_rows, unmatched};
 use crate::paths::sql::live::LiveTable;
 use crate::paths::sql::{checked, SqlEvaluator};
 use crate::paths::{with_bounds, StepOutput};
-use crate::plan::{AggFunc, Extremal, PerRow, PostPlan};
+use crate::plan::{AggFunc, Extremal, PerRow, PostPlan, RankedRest};
 use crate::spec::OutputMode;
 use crate::window::Window;
 
@@ -66,6 +66,8 @@ pub(super) struct PostRun {
     /// Update mode, a rest that is an outer aggregate with an exact inverse
     /// (see [`OuterRun`]).
     outer: Option<OuterRun>,
+    /// A top-rows rest that ranks without DataFusion (see `plan::ranks`).
+    ranked: Option<RankedRest>,
 }
 
 /// The groups of one open window that hold the greatest value of a `COUNT`
@@ -219,6 +221,7 @@ impl PostRun {
                 Some(o) => Some(OuterRun::new(view, o)?),
                 None => None,
             },
+            ranked: plan.ranked.clone(),
             eval,
         })
     }
@@ -423,6 +426,10 @@ impl IncrementalView {
         let rows = RecordBatch::try_new(post.table.schema(), cols)?;
         if let Some(per_row) = compiled {
             let (out, _) = per_row.run(rows).map_err(|e| Error::eval(&self.view, e))?;
+            return post.eval.as_output(&out);
+        }
+        if let Some(ranked) = &post.ranked {
+            let out = ranked.run(rows).map_err(|e| Error::eval(&self.view, e))?;
             return post.eval.as_output(&out);
         }
         post.eval.run_prepared(

@@ -1,0 +1,370 @@
+//! A top-rows query's rest ranked without DataFusion: where the rest is
+//! projections and filters over one `ROW_NUMBER()` or `RANK()` window over
+//! the candidates (Nexmark q18 and q19: `WHERE rn <= n` over `ROW_NUMBER()
+//! OVER (PARTITION BY … ORDER BY …)`), a window's candidates are numbered
+//! here — sorted once by the partition's and the order's row-format bytes —
+//! and the steps above run as physical expressions, instead of a DataFusion
+//! run (a plan's streams, a sort of every column and a window operator) per
+//! changed window and trigger.
+//!
+//! The numbers are the window function's: `ROW_NUMBER()` counts the rows of
+//! a partition in order from 1 (peers, rows equal in the order, in no
+//! defined order among themselves, as in DataFusion); `RANK()` is one more
+//! than the rows of the partition strictly before the row. Partitions are
+//! equal where their row-format bytes are (NULLs one partition, as `PARTITION
+//! BY` groups them); the order's bytes follow its directions and NULL
+//! placement. Float partition or order keys are not ranked by a top-rows
+//! query at all (see `plan::rows`).
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array, UInt64Array};
+use arrow::compute::SortOptions;
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use datafusion::common::tree_node::TreeNode;
+use datafusion::error::Result;
+use datafusion::logical_expr::expr::WindowFunctionDefinition;
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::prelude::SessionContext;
+
+use super::outer::PerRow;
+use super::post::read_from_table;
+use super::shape::has_subquery;
+
+/// The name of the table the steps above the window read.
+const RANKED: &str = "__thund_ranked";
+
+/// Which number the window gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Numbering {
+    RowNumber,
+    Rank,
+}
+
+/// The rest of a top-rows query, compiled: the steps below the window (over
+/// the candidates' table), its partition and order, and the steps above it.
+#[derive(Clone)]
+pub(crate) struct RankedRest {
+    below: PerRow,
+    partition: Vec<Arc<dyn PhysicalExpr>>,
+    partition_rows: Arc<RowConverter>,
+    order: Vec<Arc<dyn PhysicalExpr>>,
+    /// The partition's columns, then the order's: one row's bytes order rows
+    /// by partition, then rank (each column's encoding delimits itself).
+    sort_rows: Arc<RowConverter>,
+    numbering: Numbering,
+    /// The window's output: its input's columns, then the number.
+    numbered: SchemaRef,
+    above: PerRow,
+}
+
+/// The window function of `w`, if it is one `ROW_NUMBER()` or `RANK()` with
+/// an order, no argument and no filter, numbered as `UInt64`.
+fn numbering(w: &datafusion::logical_expr::logical_plan::Window) -> Option<(Numbering, &Expr)> {
+    let [e] = w.window_expr.as_slice() else {
+        return None;
+    };
+    let Expr::WindowFunction(wf) = unaliased(e) else {
+        return None;
+    };
+    let numbering = match &wf.fun {
+        WindowFunctionDefinition::WindowUDF(u) if u.name() == "row_number" => Numbering::RowNumber,
+        WindowFunctionDefinition::WindowUDF(u) if u.name() == "rank" => Numbering::Rank,
+        _ => return None,
+    };
+    let p = &wf.params;
+    let last = w.schema.fields().last()?;
+    if !p.args.is_empty()
+        || p.filter.is_some()
+        || p.order_by.is_empty()
+        || last.data_type() != &DataType::UInt64
+    {
+        return None;
+    }
+    Some((numbering, e))
+}
+
+fn unaliased(e: &Expr) -> &Expr {
+    match e {
+        Expr::Alias(a) => unaliased(&a.expr),
+        e => e,
+    }
+}
+
+impl RankedRest {
+    /// `rest` (over the candidates' table, of schema `table`) compiled, if it
+    /// is projections and filters over one numbering window over projections
+    /// and filters of the table, and gives the rest's column types; `None`
+    /// otherwise (DataFusion runs it).
+    pub(crate) fn compile(
+        rest: &LogicalPlan,
+        table: SchemaRef,
+        ctx: &SessionContext,
+    ) -> Option<RankedRest> {
+        // down from the top to the window, through row-wise steps only
+        let mut p = rest;
+        let win = loop {
+            match p {
+                LogicalPlan::Projection(pr) if !pr.expr.iter().any(has_subquery) => p = &pr.input,
+                LogicalPlan::Filter(f) if !has_subquery(&f.predicate) => p = &f.input,
+                LogicalPlan::SubqueryAlias(s) => p = &s.input,
+                LogicalPlan::Window(w) => break w,
+                _ => return None,
+            }
+        };
+        let (numbering, e) = numbering(win)?;
+        let Expr::WindowFunction(wf) = unaliased(e) else {
+            return None;
+        };
+        let input = win.input.schema();
+        let phys = |e: &Expr| ctx.create_physical_expr(e.clone(), input).ok();
+        let typed = |e: &Expr| e.get_type(input).ok();
+        let params = &wf.params;
+        let partition = params
+            .partition_by
+            .iter()
+            .map(phys)
+            .collect::<Option<Vec<_>>>()?;
+        let partition_fields = params
+            .partition_by
+            .iter()
+            .map(|e| typed(e).map(SortField::new))
+            .collect::<Option<Vec<_>>>()?;
+        let partition_rows = RowConverter::new(partition_fields.clone()).ok()?;
+        let order = params
+            .order_by
+            .iter()
+            .map(|s| phys(&s.expr))
+            .collect::<Option<Vec<_>>>()?;
+        let order_fields = params
+            .order_by
+            .iter()
+            .map(|s| {
+                let dt = typed(&s.expr)?;
+                if dt.is_floating() {
+                    return None;
+                }
+                let opts = SortOptions {
+                    descending: !s.asc,
+                    nulls_first: s.nulls_first,
+                };
+                Some(SortField::new_with_options(dt, opts))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let sort_rows =
+            RowConverter::new(partition_fields.into_iter().chain(order_fields).collect()).ok()?;
+        // no subquery anywhere below either
+        let clean = !win
+            .input
+            .exists(|n| Ok(n.expressions().iter().any(has_subquery)))
+            .unwrap_or(true);
+        let node = LogicalPlan::Window(win.clone());
+        let (_, above) = read_from_table(rest, &node, RANKED)?;
+        let compiled = RankedRest {
+            below: PerRow::compile(&win.input, ctx).filter(|_| clean)?,
+            partition,
+            partition_rows: Arc::new(partition_rows),
+            order,
+            sort_rows: Arc::new(sort_rows),
+            numbering,
+            numbered: win.schema.inner().clone(),
+            above: PerRow::compile(&above, ctx)?,
+        };
+        // what it gives has the types of the rest as DataFusion runs it
+        // (analyzed: coerced), checked over no rows
+        let out = compiled.run(RecordBatch::new_empty(table)).ok()?;
+        let rest = ctx.state().optimize(rest).ok()?;
+        let types = |s: &arrow::datatypes::Schema| {
+            s.fields()
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect::<Vec<_>>()
+        };
+        (types(&out.schema()) == types(rest.schema().inner())).then_some(compiled)
+    }
+
+    /// The rest over a window's candidate rows `rows` (each as often as it
+    /// came): its result rows, in the order of partitions and then ranks.
+    pub(crate) fn run(&self, rows: RecordBatch) -> Result<RecordBatch> {
+        let (base, _) = self.below.run(rows)?;
+        let n = base.num_rows();
+        let eval = |exprs: &[Arc<dyn PhysicalExpr>]| {
+            exprs
+                .iter()
+                .map(|e| e.evaluate(&base).and_then(|c| c.into_array(n)))
+                .collect::<Result<Vec<ArrayRef>>>()
+        };
+        let partition = eval(&self.partition)?;
+        // no partition: one, whose rows all compare equal
+        let parts = match partition.is_empty() {
+            true => None,
+            false => Some(self.partition_rows.convert_columns(&partition)?),
+        };
+        let part = |i: usize| parts.as_ref().map(|p| p.row(i));
+        let keys = self
+            .sort_rows
+            .convert_columns(&[partition, eval(&self.order)?].concat())?;
+        let mut sorted: Vec<(&[u8], u32)> =
+            (0..n).map(|i| (keys.row(i).data(), i as u32)).collect();
+        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut numbers: Vec<u64> = Vec::with_capacity(n);
+        // the previous row, and where its partition starts in `numbers`
+        let (mut prev, mut start): (Option<(&[u8], usize)>, usize) = (None, 0);
+        for (at, &(key, i)) in sorted.iter().enumerate() {
+            let i = i as usize;
+            let number = match prev {
+                Some((k, p)) if part(p) == part(i) => match self.numbering {
+                    // peers (equal in partition and order) share the rank of the first
+                    Numbering::Rank if k == key => numbers[at - 1],
+                    Numbering::Rank | Numbering::RowNumber => (at - start + 1) as u64,
+                },
+                _ => {
+                    start = at;
+                    1
+                }
+            };
+            numbers.push(number);
+            prev = Some((key, i));
+        }
+        let idx: Vec<u32> = sorted.into_iter().map(|(_, i)| i).collect();
+        let idx = UInt32Array::from(idx);
+        let mut cols = base
+            .columns()
+            .iter()
+            .map(|c| arrow::compute::take(c.as_ref(), &idx, None))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        cols.push(Arc::new(UInt64Array::from(numbers)));
+        let numbered = RecordBatch::try_new_with_options(
+            self.numbered.clone(),
+            cols,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?;
+        Ok(self.above.run(numbered)?.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{Field, Schema};
+    use datafusion::datasource::MemTable;
+    use proptest::prelude::*;
+
+    /// A row of `t`: `k`, `v`, `g` (few values each, NULLs among them, so
+    /// partitions and order peers repeat).
+    type Row = (Option<i64>, Option<i64>, Option<&'static str>);
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("g", DataType::Utf8, true),
+        ]))
+    }
+
+    fn batch(rows: &[Row]) -> RecordBatch {
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.0))),
+                Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.1))),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.2))),
+            ],
+        )
+        .expect("batch")
+    }
+
+    /// `batch`'s rows as sorted lines.
+    fn lines(batches: &[RecordBatch]) -> Vec<String> {
+        let text = arrow::util::pretty::pretty_format_batches(batches)
+            .expect("format")
+            .to_string();
+        let mut lines: Vec<String> = text
+            .lines()
+            .skip(3)
+            .filter(|l| !l.starts_with('+'))
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    /// `sql` over `rows` as DataFusion runs it, and as [`RankedRest`] does.
+    fn both(sql: &str, rows: &[Row]) -> (Vec<String>, Vec<String>) {
+        let ctx = SessionContext::new();
+        let t = MemTable::try_new(schema(), vec![vec![batch(rows)]]).expect("table");
+        ctx.register_table("t", Arc::new(t)).expect("register");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let plan = rt
+            .block_on(ctx.state().create_logical_plan(sql))
+            .expect("plan");
+        let ranked = RankedRest::compile(&plan, schema(), &ctx).expect("ranked natively");
+        let expected = rt
+            .block_on(async { ctx.execute_logical_plan(plan).await?.collect().await })
+            .expect("run");
+        let got = ranked.run(batch(rows)).expect("ranked");
+        (lines(&expected), lines(&[got]))
+    }
+
+    /// Queries whose result does not depend on how peers are ordered: `RANK()`
+    /// (peers share a rank), and `ROW_NUMBER()` where only peers' shared
+    /// columns are selected.
+    const QUERIES: &[&str] = &[
+        "SELECT k, v, g, r FROM (SELECT k, v, g, RANK() OVER (PARTITION BY k ORDER BY v DESC) AS r FROM t) AS x WHERE r <= 2",
+        "SELECT g, v, r FROM (SELECT g, v, RANK() OVER (PARTITION BY g ORDER BY v NULLS FIRST) AS r FROM t) AS x WHERE r < 3",
+        "SELECT k, v, rn FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k, g ORDER BY v DESC NULLS LAST) AS rn FROM t) AS x WHERE rn <= 3",
+        "SELECT v, rn FROM (SELECT v, ROW_NUMBER() OVER (ORDER BY v) AS rn FROM t WHERE k IS NOT NULL) AS x WHERE rn <= 4",
+        "SELECT k, r * 10 AS r10, v + 1 AS v1 FROM (SELECT k, v, RANK() OVER (PARTITION BY k ORDER BY v, g DESC) AS r FROM t) AS x WHERE r <= 1 AND v > 0",
+        "SELECT k, v, g, r FROM (SELECT k, v, g, RANK() OVER (PARTITION BY k ORDER BY g, v) AS r FROM t) AS x",
+    ];
+
+    fn row() -> impl Strategy<Value = Row> {
+        (
+            proptest::option::weighted(0.9, 0i64..4),
+            proptest::option::weighted(0.9, prop_oneof![Just(i64::MIN), Just(i64::MAX), -3i64..4]),
+            proptest::option::weighted(0.9, proptest::sample::select(vec!["a", "b", "ab", ""])),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// The law: ranked here, the rest gives what DataFusion gives.
+        #[test]
+        fn ranked_without_datafusion_equals_datafusion(
+            rows in proptest::collection::vec(row(), 0..60),
+            sql in proptest::sample::select(QUERIES),
+        ) {
+            let (expected, got) = both(sql, &rows);
+            prop_assert_eq!(got, expected, "{}", sql);
+        }
+    }
+
+    #[test]
+    fn other_shapes_are_left_to_datafusion() {
+        let ctx = SessionContext::new();
+        let t = MemTable::try_new(schema(), vec![vec![]]).expect("table");
+        ctx.register_table("t", Arc::new(t)).expect("register");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        for sql in [
+            // an aggregate above the ranks
+            "SELECT COUNT(*) AS n FROM (SELECT k, RANK() OVER (PARTITION BY g ORDER BY v) AS r FROM t) AS x WHERE r <= 2",
+            // two window functions
+            "SELECT k, r, s FROM (SELECT k, RANK() OVER (ORDER BY v) AS r, ROW_NUMBER() OVER (ORDER BY k) AS s FROM t) AS x",
+            // a function that is no numbering
+            "SELECT k, l FROM (SELECT k, LAG(v) OVER (PARTITION BY g ORDER BY v) AS l FROM t) AS x",
+        ] {
+            let plan = rt
+                .block_on(ctx.state().create_logical_plan(sql))
+                .expect("plan");
+            assert!(RankedRest::compile(&plan, schema(), &ctx).is_none(), "{sql}");
+        }
+    }
+}
