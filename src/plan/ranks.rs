@@ -206,9 +206,7 @@ impl RankedRest {
         let keys = self
             .sort_rows
             .convert_columns(&[partition, eval(&self.order)?].concat())?;
-        let mut sorted: Vec<(&[u8], u32)> =
-            (0..n).map(|i| (keys.row(i).data(), i as u32)).collect();
-        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let sorted = sorted_by_partition(n, &part, |i| keys.row(i).data());
         let mut numbers: Vec<u64> = Vec::with_capacity(n);
         // the previous row, and where its partition starts in `numbers`
         let (mut prev, mut start): (Option<(&[u8], usize)>, usize) = (None, 0);
@@ -243,6 +241,42 @@ impl RankedRest {
         )?;
         Ok(self.above.run(numbered)?.0)
     }
+}
+
+/// Rows `0..n` as `(key, row)`, sorted by `key` (a row's partition bytes,
+/// then its order bytes), where `part` gives each row's partition. A
+/// window's candidates come mostly a partition at a time (its changed
+/// partitions' groups in turn), so the rows are cut into runs of one
+/// partition, the runs put in partition order (runs of one partition
+/// together), and only each partition's rows sorted by key: about
+/// `n log(rows per partition)` comparisons instead of `n log n`.
+fn sorted_by_partition<'k, P: PartialEq + Ord>(
+    n: usize,
+    part: &impl Fn(usize) -> P,
+    key: impl Fn(usize) -> &'k [u8],
+) -> Vec<(&'k [u8], u32)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for i in 0..n {
+        match runs.last_mut() {
+            Some((start, end)) if part(*start) == part(i) => *end = i + 1,
+            _ => runs.push((i, i + 1)),
+        }
+    }
+    runs.sort_by_key(|r| part(r.0));
+    let mut sorted: Vec<(&[u8], u32)> = Vec::with_capacity(n);
+    let mut from = 0;
+    for (r, &(start, end)) in runs.iter().enumerate() {
+        sorted.extend((start..end).map(|i| (key(i), i as u32)));
+        // the partition's last run: its rows in key order
+        if runs
+            .get(r + 1)
+            .is_none_or(|next| part(next.0) != part(start))
+        {
+            sorted[from..].sort_unstable_by(|a, b| a.0.cmp(b.0));
+            from = sorted.len();
+        }
+    }
+    sorted
 }
 
 #[cfg(test)]
@@ -332,7 +366,10 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
+        // more with THUND_PROPTEST_CASES, as the integration suite
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("THUND_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
+        ))]
 
         /// The law: ranked here, the rest gives what DataFusion gives.
         #[test]
