@@ -285,11 +285,38 @@ fn by_window<'a>(updates: impl Iterator<Item = &'a Update>) -> Vec<(Window, Vec<
 /// An open group, borrowed where the host keeps it.
 type OpenGroup<'a> = (&'a (Window, u64), &'a Vec<AggState>);
 
-/// Window `w`'s open groups of `keys` (borrowed), those it has.
+/// Window `w`'s open groups of `keys` (borrowed), those it has, in the
+/// order of `keys`. Many keys are found in one walk of the map in key
+/// order, a few steps from one key to the next before a fresh search (a
+/// changed window's touched groups are often a good part of its groups:
+/// a search per key cost q19 a tenth of its trigger).
 fn open_of<'a>(open: &'a super::OpenStates, w: Window, keys: &[u64]) -> Vec<OpenGroup<'a>> {
-    keys.iter()
-        .filter_map(|k| open.get_key_value(&(w, *k)))
-        .collect()
+    /// Entries stepped over before a fresh search.
+    const STEPS: usize = 8;
+    if keys.len() < 2 * STEPS {
+        return keys
+            .iter()
+            .filter_map(|k| open.get_key_value(&(w, *k)))
+            .collect();
+    }
+    let mut sorted: Vec<(u64, u32)> = keys.iter().zip(0u32..).map(|(&k, i)| (k, i)).collect();
+    sorted.sort_unstable();
+    let mut found: Vec<Option<OpenGroup<'a>>> = vec![None; keys.len()];
+    let seek = |k: u64| open.range((w, k)..=(w, u64::MAX)).peekable();
+    let mut walk = seek(sorted[0].0);
+    for (k, i) in sorted {
+        let mut steps = 0;
+        while steps < STEPS && walk.next_if(|((_, g), _)| *g < k).is_some() {
+            steps += 1;
+        }
+        if steps == STEPS && walk.peek().is_some_and(|((_, g), _)| *g < k) {
+            walk = seek(k);
+        }
+        if let Some(&e) = walk.peek().filter(|((_, g), _)| *g == k) {
+            found[i as usize] = Some(e);
+        }
+    }
+    found.into_iter().flatten().collect()
 }
 
 /// Window `w`'s open groups (borrowed: a changed window's groups are read,
@@ -833,5 +860,37 @@ impl IncrementalView {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The walk finds what a search per key finds, in the keys' order:
+        /// keys held or not, in runs or far apart, of the window or of its
+        /// neighbours.
+        #[test]
+        fn open_of_finds_what_a_search_per_key_finds(
+            held in proptest::collection::btree_set((0i64..3, 0u64..400), 0..300),
+            keys in proptest::collection::vec(0u64..420, 0..120),
+            w in 0i64..3,
+        ) {
+            let window = |s: i64| Window { start: s * 10, end: s * 10 + 10 };
+            let open: super::super::OpenStates = held
+                .iter()
+                .map(|&(s, k)| ((window(s), k), Vec::new()))
+                .collect();
+            let w = window(w);
+            let searched: Vec<(Window, u64)> = keys
+                .iter()
+                .filter_map(|k| open.get_key_value(&(w, *k)))
+                .map(|(k, _)| *k)
+                .collect();
+            let walked: Vec<(Window, u64)> = open_of(&open, w, &keys).iter().map(|(k, _)| **k).collect();
+            prop_assert_eq!(walked, searched);
+        }
     }
 }
