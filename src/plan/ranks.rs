@@ -2,10 +2,10 @@
 //! projections and filters over one `ROW_NUMBER()` or `RANK()` window over
 //! the candidates (Nexmark q18 and q19: `WHERE rn <= n` over `ROW_NUMBER()
 //! OVER (PARTITION BY … ORDER BY …)`), a window's candidates are numbered
-//! here — sorted once by the partition's and the order's row-format bytes —
-//! and the steps above run as physical expressions, instead of a DataFusion
-//! run (a plan's streams, a sort of every column and a window operator) per
-//! changed window and trigger.
+//! here — each partition's rows gathered by a hash of its row-format bytes
+//! and sorted by the order's — and the steps above run as physical
+//! expressions, instead of a DataFusion run (a plan's streams, a sort of
+//! every column and a window operator) per changed window and trigger.
 //!
 //! The numbers are the window function's: `ROW_NUMBER()` counts the rows of
 //! a partition in order from 1 (peers, rows equal in the order, in no
@@ -28,6 +28,7 @@ use datafusion::logical_expr::expr::WindowFunctionDefinition;
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
+use rustc_hash::FxHashMap;
 
 use super::outer::PerRow;
 use super::post::read_from_table;
@@ -186,7 +187,8 @@ impl RankedRest {
     }
 
     /// The rest over a window's candidate rows `rows` (each as often as it
-    /// came): its result rows, in the order of partitions and then ranks.
+    /// came): its result rows, each partition's together (in the order the
+    /// partitions first come) and in rank order within it.
     pub(crate) fn run(&self, rows: RecordBatch) -> Result<RecordBatch> {
         let (base, _) = self.below.run(rows)?;
         let n = base.num_rows();
@@ -202,7 +204,7 @@ impl RankedRest {
             true => None,
             false => Some(self.partition_rows.convert_columns(&partition)?),
         };
-        let part = |i: usize| parts.as_ref().map(|p| p.row(i));
+        let part = |i: usize| parts.as_ref().map(|p| p.row(i).data());
         let keys = self
             .sort_rows
             .convert_columns(&[partition, eval(&self.order)?].concat())?;
@@ -243,38 +245,44 @@ impl RankedRest {
     }
 }
 
-/// Rows `0..n` as `(key, row)`, sorted by `key` (a row's partition bytes,
-/// then its order bytes), where `part` gives each row's partition. A
-/// window's candidates come mostly a partition at a time (its changed
-/// partitions' groups in turn), so the rows are cut into runs of one
-/// partition, the runs put in partition order (runs of one partition
-/// together), and only each partition's rows sorted by key: about
-/// `n log(rows per partition)` comparisons instead of `n log n`.
-fn sorted_by_partition<'k, P: PartialEq + Ord>(
+/// Rows `0..n` as `(key, row)`: each partition's rows together, sorted by
+/// `key` (the row's partition bytes, then its order bytes), the partitions
+/// in the order they first come (`part` gives a row's partition bytes;
+/// `None`: one partition). A window's candidates come mostly a partition at
+/// a time (its changed partitions' groups in turn), so the rows are cut
+/// into runs of one partition, the runs of each partition gathered by a
+/// hash of its bytes, and only each partition's rows sorted: about
+/// `n log(rows per partition)` comparisons, where a sort of all the rows
+/// (or of the runs by partition) costs `n log n`.
+fn sorted_by_partition<'k>(
     n: usize,
-    part: &impl Fn(usize) -> P,
+    part: &impl Fn(usize) -> Option<&'k [u8]>,
     key: impl Fn(usize) -> &'k [u8],
 ) -> Vec<(&'k [u8], u32)> {
-    let mut runs: Vec<(usize, usize)> = Vec::new();
-    for i in 0..n {
-        match runs.last_mut() {
-            Some((start, end)) if part(*start) == part(i) => *end = i + 1,
-            _ => runs.push((i, i + 1)),
+    // each partition's runs of rows, in the order partitions first come
+    let mut index: FxHashMap<&[u8], usize> = FxHashMap::default();
+    let mut parts: Vec<Vec<(usize, usize)>> = Vec::new();
+    let mut i = 0;
+    while i < n {
+        let p = part(i);
+        let mut end = i + 1;
+        while end < n && part(end) == p {
+            end += 1;
         }
+        let at = *index.entry(p.unwrap_or(&[])).or_insert_with(|| {
+            parts.push(Vec::new());
+            parts.len() - 1
+        });
+        parts[at].push((i, end));
+        i = end;
     }
-    runs.sort_by_key(|r| part(r.0));
     let mut sorted: Vec<(&[u8], u32)> = Vec::with_capacity(n);
-    let mut from = 0;
-    for (r, &(start, end)) in runs.iter().enumerate() {
-        sorted.extend((start..end).map(|i| (key(i), i as u32)));
-        // the partition's last run: its rows in key order
-        if runs
-            .get(r + 1)
-            .is_none_or(|next| part(next.0) != part(start))
-        {
-            sorted[from..].sort_unstable_by(|a, b| a.0.cmp(b.0));
-            from = sorted.len();
+    for runs in parts {
+        let from = sorted.len();
+        for (start, end) in runs {
+            sorted.extend((start..end).map(|i| (key(i), i as u32)));
         }
+        sorted[from..].sort_unstable_by(|a, b| a.0.cmp(b.0));
     }
     sorted
 }
