@@ -606,7 +606,7 @@ fn chained<K: std::hash::Hash + Ord + Copy>(
 /// The width of a column of type `t` in the row format, where it is fixed
 /// (a validity byte and the value's bytes): integers, dates, timestamps
 /// and decimals.
-fn fixed_width(t: &arrow::datatypes::DataType) -> Option<usize> {
+pub(super) fn fixed_width(t: &arrow::datatypes::DataType) -> Option<usize> {
     use arrow::datatypes::DataType as D;
     match t {
         D::Int8 | D::UInt8 => Some(2),

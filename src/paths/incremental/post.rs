@@ -25,6 +25,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use rustc_hash::FxHashMap;
 use thund_dataflows::{AggState, Step, Update};
 
+use super::keys::KeyBytes;
 use super::outer::OuterRun;
 use super::render::GroupStates;
 use super::IncrementalView;
@@ -638,6 +639,29 @@ impl IncrementalView {
         let Some(columns) = post.expand.as_ref().filter(|_| !groups.is_empty()) else {
             return Ok(());
         };
+        if let Some(width) = self.partition_prefix(exprs, columns) {
+            for g in groups {
+                let key = self.keys.bytes(g.key());
+                let Some(part) = key.get(..width) else {
+                    return Err(Error::internal(
+                        &self.view,
+                        "a candidate's key is shorter than its partition's columns",
+                    ));
+                };
+                let p = match wp.index.get(part) {
+                    Some(p) => *p,
+                    None => {
+                        let p = wp.groups.len() as u32;
+                        wp.index.insert(part.into(), p);
+                        wp.groups.push(Vec::new());
+                        p
+                    }
+                };
+                wp.groups[p as usize].push(g.key());
+                wp.of_key.insert(g.key(), p);
+            }
+            return Ok(());
+        }
         let agg = self.agg_rows(groups)?;
         let cols = self.expand(&agg, columns, &post.table.schema(), true)?;
         let rows = RecordBatch::try_new(post.table.schema(), cols)?;
@@ -664,6 +688,37 @@ impl IncrementalView {
             wp.of_key.insert(g.key(), p);
         }
         Ok(())
+    }
+
+    /// Where the partition is the candidates' first group keys (in any
+    /// order) and each has a fixed width in the row format: the width of
+    /// their bytes, the head of every candidate's key bytes (each column's
+    /// encoding follows the one before it). Equal heads are equal
+    /// partitions, so a candidate is placed without decoding its key.
+    fn partition_prefix(
+        &self,
+        exprs: &[Arc<dyn PhysicalExpr>],
+        columns: &[Option<usize>],
+    ) -> Option<usize> {
+        use datafusion::physical_expr::expressions::Column;
+        let mut keys: Vec<usize> = exprs
+            .iter()
+            .map(|e| {
+                let c = e.downcast_ref::<Column>()?;
+                columns.get(c.index()).copied().flatten()
+            })
+            .collect::<Option<Vec<_>>>()?;
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() || keys.iter().enumerate().any(|(i, &k)| i != k) {
+            return None;
+        }
+        keys.iter()
+            .map(|&k| {
+                let f = self.plan.key_fields.get(k)?;
+                super::distinct::fixed_width(f.data_type())
+            })
+            .sum()
     }
 
     /// By partition, window `w` closing with its final `groups`: its kept
