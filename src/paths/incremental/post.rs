@@ -123,6 +123,23 @@ struct WindowParts {
     result: Kept,
 }
 
+impl WindowParts {
+    /// Group `key` placed in the partition of bytes `part`.
+    fn put(&mut self, part: &[u8], key: u64) {
+        let p = match self.index.get(part) {
+            Some(p) => *p,
+            None => {
+                let p = self.groups.len() as u32;
+                self.index.insert(part.into(), p);
+                self.groups.push(Vec::new());
+                p
+            }
+        };
+        self.groups[p as usize].push(key);
+        self.of_key.insert(key, p);
+    }
+}
+
 /// A window's result kept as encoded rows with their multiplicity.
 #[derive(Default)]
 struct Kept {
@@ -648,17 +665,7 @@ impl IncrementalView {
                         "a candidate's key is shorter than its partition's columns",
                     ));
                 };
-                let p = match wp.index.get(part) {
-                    Some(p) => *p,
-                    None => {
-                        let p = wp.groups.len() as u32;
-                        wp.index.insert(part.into(), p);
-                        wp.groups.push(Vec::new());
-                        p
-                    }
-                };
-                wp.groups[p as usize].push(g.key());
-                wp.of_key.insert(g.key(), p);
+                wp.put(part, g.key());
             }
             return Ok(());
         }
@@ -675,17 +682,7 @@ impl IncrementalView {
             .map_err(|e| Error::eval(&self.view, e))?;
         let bytes = conv.convert_columns(&values)?;
         for (g, part) in groups.iter().zip(bytes.iter()) {
-            let p = match wp.index.get(part.data()) {
-                Some(p) => *p,
-                None => {
-                    let p = wp.groups.len() as u32;
-                    wp.index.insert(part.data().into(), p);
-                    wp.groups.push(Vec::new());
-                    p
-                }
-            };
-            wp.groups[p as usize].push(g.key());
-            wp.of_key.insert(g.key(), p);
+            wp.put(part.data(), g.key());
         }
         Ok(())
     }
