@@ -892,6 +892,35 @@ mod tests {
     }
 
     /// Keys of 16 to 31 bytes pack to distinct pairs, others not at all.
+    /// Keys of every length up to 60 bytes (every form: packed, two
+    /// integers, boxed) get distinct ids, are found again, and are
+    /// all freed when their window closes.
+    #[test]
+    fn keys_of_every_form_are_interned_found_and_freed() {
+        let mut d = KeyDictionary::default();
+        // two keys of each length (one of length 0)
+        let mut keys: Vec<Vec<u8>> = (0..=60usize)
+            .flat_map(|n| {
+                [0u8, 7].map(|salt| (0..n).map(|i| (i as u8).wrapping_mul(37) ^ salt).collect())
+            })
+            .collect();
+        keys.dedup();
+        let ids: Vec<u64> = keys.iter().map(|k| d.intern(k, 10)).collect();
+        let distinct: std::collections::HashSet<u64> = ids.iter().copied().collect();
+        assert_eq!(distinct.len(), keys.len(), "one id per key");
+        for (k, &id) in keys.iter().zip(&ids) {
+            assert_eq!(d.intern(k, 10), id, "found again");
+            assert_eq!(d.lookup(packed(k), k), Some(id));
+            assert_eq!(d.bytes(id), k.as_slice());
+        }
+        assert_eq!(d.held(), keys.len());
+        d.reclaim(10);
+        assert_eq!(d.held(), 0, "every form freed");
+        for k in &keys {
+            assert_eq!(d.lookup(packed(k), k), None);
+        }
+    }
+
     #[test]
     fn packed_mid_tells_keys_of_16_to_31_bytes_apart() {
         let bytes: Vec<u8> = (0u8..40).map(|i| i.wrapping_mul(61) ^ 0x3c).collect();
