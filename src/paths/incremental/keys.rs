@@ -578,25 +578,52 @@ impl KeyDictionary {
     }
 
     /// Frees every expired id kept (in the order of ids).
+    ///
+    /// Where they are most of the keys held (a window's keys that never come
+    /// back, as a top-rows query's candidates), the maps are built again
+    /// from the keys that stay instead of each freed key being found and
+    /// removed: Nexmark q19's window close spent 17 ms in those removals.
     fn free_expired(&mut self) {
         let mut ids = std::mem::take(&mut self.expired);
         ids.sort_unstable();
+        let rebuild = 2 * ids.len() > self.held();
         for id in ids {
             self.listed[id as usize] = false;
             if self.latest[id as usize] > self.through {
                 continue;
             }
             if let Some(key) = self.keys.slot_mut(id).take() {
-                let bytes = key.as_slice();
-                match (packed(bytes), packed_mid(bytes)) {
-                    (Some(p), _) => self.short.remove(&p),
-                    (None, Some(m)) => self.mid.remove(&m),
-                    (None, None) => self.ids.remove(bytes),
-                };
+                if !rebuild {
+                    self.unmap(key.as_slice());
+                }
                 self.free.push(id);
             }
         }
+        if rebuild {
+            self.short.clear();
+            self.mid.clear();
+            self.ids.clear();
+            for id in 0..self.keys.len {
+                if let Some(key) = self.keys.get(id) {
+                    let bytes = key.as_slice();
+                    match (packed(bytes), packed_mid(bytes)) {
+                        (Some(p), _) => self.short.insert(p, id),
+                        (None, Some(m)) => self.mid.insert(m, id),
+                        (None, None) => self.ids.insert(bytes.into(), id),
+                    };
+                }
+            }
+        }
         self.cached = 0;
+    }
+
+    /// Removes `bytes` from the map that holds its id.
+    fn unmap(&mut self, bytes: &[u8]) {
+        match (packed(bytes), packed_mid(bytes)) {
+            (Some(p), _) => self.short.remove(&p),
+            (None, Some(m)) => self.mid.remove(&m),
+            (None, None) => self.ids.remove(bytes),
+        };
     }
 
     /// Keys held, live and expired.
