@@ -457,11 +457,14 @@ impl ViewRuntime for IncrementalView {
         let f = self.dataflow.frontier();
         RuntimeStats {
             buffered_rows: 0,
-            // with COUNT(DISTINCT …) in Update or Complete mode, the host
-            // also holds the open groups' entries; with sessions, the units;
-            // for top rows, the order keys its pruning rule keeps
+            // in Update and Complete modes the host also holds the open
+            // groups' states (a post stage's groups, or a top-rows query's
+            // candidates); with COUNT(DISTINCT …), the open groups' entries;
+            // with sessions, the units; for top rows, the order keys its
+            // pruning rule keeps
             state_records: Some(
                 self.dataflow.state_size()
+                    + self.open.len()
                     + self.distinct.as_ref().map_or(0, |d| d.len())
                     + self.sessions.as_ref().map_or(0, |s| s.len())
                     + self.pruner.as_ref().map_or(0, |p| p.len()),
