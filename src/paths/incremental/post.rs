@@ -777,9 +777,12 @@ impl IncrementalView {
             }
         })();
         parts.windows.remove(&w);
-        for k in groups.iter().map(|u| u.key).chain(gone) {
-            self.open.remove(&(w, k));
-        }
+        // every open group of `w` goes (the closing ones and those gone):
+        // the window's range is cut out whole, not removed key by key
+        let mut from_w = self.open.split_off(&(w, 0));
+        let mut after = from_w.split_off(&(w, u64::MAX));
+        after.remove(&(w, u64::MAX));
+        self.open.append(&mut after);
         result
     }
 
