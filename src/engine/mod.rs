@@ -997,7 +997,10 @@ impl Engine {
         Ok(self.view(view)?.runtime.stats().buffered_rows)
     }
 
-    /// Records held in a view's dataflow arrangements (`None` on the recompute path).
+    /// Records a view holds for its open windows (`None` on the recompute
+    /// path): the dataflow's, and what the host keeps beside it — the open
+    /// groups' states in Update and Complete modes, `COUNT(DISTINCT …)`'s
+    /// entries, session units, a top-rows rule's order keys.
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
