@@ -160,15 +160,8 @@ pub(crate) fn outer(
     bound: &DataType,
     ctx: &SessionContext,
 ) -> Option<OuterPlan> {
-    let mut p = rest;
-    let a = loop {
-        match p {
-            LogicalPlan::Projection(pr) if !pr.expr.iter().any(has_subquery) => p = &pr.input,
-            LogicalPlan::Filter(f) if !has_subquery(&f.predicate) => p = &f.input,
-            LogicalPlan::SubqueryAlias(s) => p = &s.input,
-            LogicalPlan::Aggregate(a) => break a,
-            _ => return None,
-        }
+    let LogicalPlan::Aggregate(a) = under_row_steps(rest) else {
+        return None;
     };
     // a global aggregate has a row for a window without groups: not kept here
     if a.group_expr.is_empty() || !per_row(&a.input) {
@@ -198,6 +191,19 @@ pub(crate) fn outer(
         above: PerRow::compile(&above, ctx)?,
         table,
     })
+}
+
+/// The first node of `p` below its projections, filters (without
+/// subqueries) and aliases: what a rest of row-wise steps stands on.
+pub(super) fn under_row_steps(mut p: &LogicalPlan) -> &LogicalPlan {
+    loop {
+        p = match p {
+            LogicalPlan::Projection(pr) if !pr.expr.iter().any(has_subquery) => &pr.input,
+            LogicalPlan::Filter(f) if !has_subquery(&f.predicate) => &f.input,
+            LogicalPlan::SubqueryAlias(s) => &s.input,
+            other => return other,
+        }
+    }
 }
 
 /// Whether `p` gives each of its input's rows zero or one rows of its own:

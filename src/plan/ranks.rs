@@ -24,13 +24,13 @@ use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::tree_node::TreeNode;
 use datafusion::error::Result;
-use datafusion::logical_expr::expr::WindowFunctionDefinition;
+use datafusion::logical_expr::expr::{WindowFunctionDefinition, WindowFunctionParams};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 use rustc_hash::FxHashMap;
 
-use super::outer::PerRow;
+use super::outer::{under_row_steps, PerRow};
 use super::post::read_from_table;
 use super::shape::has_subquery;
 
@@ -62,8 +62,11 @@ pub(crate) struct RankedRest {
 }
 
 /// The window function of `w`, if it is one `ROW_NUMBER()` or `RANK()` with
-/// an order, no argument and no filter, numbered as `UInt64`.
-fn numbering(w: &datafusion::logical_expr::logical_plan::Window) -> Option<(Numbering, &Expr)> {
+/// an order, no argument and no filter, numbered as `UInt64`: what it
+/// numbers and its parameters (partition and order).
+fn numbering(
+    w: &datafusion::logical_expr::logical_plan::Window,
+) -> Option<(Numbering, &WindowFunctionParams)> {
     let [e] = w.window_expr.as_slice() else {
         return None;
     };
@@ -84,7 +87,7 @@ fn numbering(w: &datafusion::logical_expr::logical_plan::Window) -> Option<(Numb
     {
         return None;
     }
-    Some((numbering, e))
+    Some((numbering, p))
 }
 
 fn unaliased(e: &Expr) -> &Expr {
@@ -105,24 +108,13 @@ impl RankedRest {
         ctx: &SessionContext,
     ) -> Option<RankedRest> {
         // down from the top to the window, through row-wise steps only
-        let mut p = rest;
-        let win = loop {
-            match p {
-                LogicalPlan::Projection(pr) if !pr.expr.iter().any(has_subquery) => p = &pr.input,
-                LogicalPlan::Filter(f) if !has_subquery(&f.predicate) => p = &f.input,
-                LogicalPlan::SubqueryAlias(s) => p = &s.input,
-                LogicalPlan::Window(w) => break w,
-                _ => return None,
-            }
-        };
-        let (numbering, e) = numbering(win)?;
-        let Expr::WindowFunction(wf) = unaliased(e) else {
+        let LogicalPlan::Window(win) = under_row_steps(rest) else {
             return None;
         };
+        let (numbering, params) = numbering(win)?;
         let input = win.input.schema();
         let phys = |e: &Expr| ctx.create_physical_expr(e.clone(), input).ok();
         let typed = |e: &Expr| e.get_type(input).ok();
-        let params = &wf.params;
         let partition = params
             .partition_by
             .iter()
