@@ -52,9 +52,9 @@ pub(crate) struct RankedRest {
     partition: Vec<Arc<dyn PhysicalExpr>>,
     partition_rows: Arc<RowConverter>,
     order: Vec<Arc<dyn PhysicalExpr>>,
-    /// The partition's columns, then the order's: one row's bytes order rows
-    /// by partition, then rank (each column's encoding delimits itself).
-    sort_rows: Arc<RowConverter>,
+    /// The order's columns, with their directions: within a partition, a
+    /// row's bytes order it by rank.
+    order_rows: Arc<RowConverter>,
     numbering: Numbering,
     /// The window's output: its input's columns, then the number.
     numbered: SchemaRef,
@@ -125,7 +125,7 @@ impl RankedRest {
             .iter()
             .map(|e| typed(e).map(SortField::new))
             .collect::<Option<Vec<_>>>()?;
-        let partition_rows = RowConverter::new(partition_fields.clone()).ok()?;
+        let partition_rows = RowConverter::new(partition_fields).ok()?;
         let order = params
             .order_by
             .iter()
@@ -146,8 +146,7 @@ impl RankedRest {
                 Some(SortField::new_with_options(dt, opts))
             })
             .collect::<Option<Vec<_>>>()?;
-        let sort_rows =
-            RowConverter::new(partition_fields.into_iter().chain(order_fields).collect()).ok()?;
+        let order_rows = RowConverter::new(order_fields).ok()?;
         // no subquery anywhere below either
         let clean = !win
             .input
@@ -160,7 +159,7 @@ impl RankedRest {
             partition,
             partition_rows: Arc::new(partition_rows),
             order,
-            sort_rows: Arc::new(sort_rows),
+            order_rows: Arc::new(order_rows),
             numbering,
             numbered: win.schema.inner().clone(),
             above: PerRow::compile(&above, ctx)?,
@@ -197,9 +196,7 @@ impl RankedRest {
             false => Some(self.partition_rows.convert_columns(&partition)?),
         };
         let part = |i: usize| parts.as_ref().map(|p| p.row(i).data());
-        let keys = self
-            .sort_rows
-            .convert_columns(&[partition, eval(&self.order)?].concat())?;
+        let keys = self.order_rows.convert_columns(&eval(&self.order)?)?;
         let sorted = sorted_by_partition(n, &part, |i| keys.row(i).data());
         let mut numbers: Vec<u64> = Vec::with_capacity(n);
         // the previous row, and where its partition starts in `numbers`
@@ -208,7 +205,7 @@ impl RankedRest {
             let i = i as usize;
             let number = match prev {
                 Some((k, p)) if part(p) == part(i) => match self.numbering {
-                    // peers (equal in partition and order) share the rank of the first
+                    // peers (equal in the order) share the rank of the first
                     Numbering::Rank if k == key => numbers[at - 1],
                     Numbering::Rank | Numbering::RowNumber => (at - start + 1) as u64,
                 },
@@ -238,7 +235,7 @@ impl RankedRest {
 }
 
 /// Rows `0..n` as `(key, row)`: each partition's rows together, sorted by
-/// `key` (the row's partition bytes, then its order bytes), the partitions
+/// `key` (the row's order bytes), the partitions
 /// in the order they first come (`part` gives a row's partition bytes;
 /// `None`: one partition). A window's candidates come mostly a partition at
 /// a time (its changed partitions' groups in turn), so the rows are cut
