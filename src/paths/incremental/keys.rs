@@ -918,7 +918,6 @@ mod tests {
         }
     }
 
-    /// Keys of 16 to 31 bytes pack to distinct pairs, others not at all.
     /// Keys of every length up to 60 bytes (every form: packed, two
     /// integers, boxed) get distinct ids, are found again, and are
     /// all freed when their window closes.
@@ -948,6 +947,7 @@ mod tests {
         }
     }
 
+    /// Keys of 16 to 31 bytes pack to distinct pairs, others not at all.
     #[test]
     fn packed_mid_tells_keys_of_16_to_31_bytes_apart() {
         let bytes: Vec<u8> = (0u8..40).map(|i| i.wrapping_mul(61) ^ 0x3c).collect();
