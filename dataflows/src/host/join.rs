@@ -339,7 +339,11 @@ impl WindowedJoin {
                     frontier: f,
                     sizes,
                 } => {
-                    pairs.extend(p);
+                    // (one worker's pairs moved, not copied)
+                    match pairs.is_empty() {
+                        true => pairs = p,
+                        false => pairs.extend(p),
+                    }
                     self.sizes[w] = sizes;
                     frontier = lower(frontier, f);
                 }

@@ -65,6 +65,10 @@ pub(crate) struct JoinState {
     windows: BTreeMap<Window, WindowRows>,
     pairs: Vec<Pair>,
     rows: usize,
+    /// The rows and keys of the window evicted last: room a new window
+    /// takes at once, so a stream of windows of similar sizes does not copy
+    /// each window's rows and rehash its keys as they double.
+    sizes: (usize, usize),
 }
 
 impl JoinState {
@@ -75,7 +79,11 @@ impl JoinState {
         if n <= 0 {
             return;
         }
-        let w = self.windows.entry(window).or_default();
+        let (rows, keys) = self.sizes;
+        let w = self.windows.entry(window).or_insert_with(|| WindowRows {
+            heads: FxHashMap::with_capacity_and_hasher(keys, Default::default()),
+            rows: Vec::with_capacity(rows),
+        });
         let heads = *w.heads.get(&key).unwrap_or(&[NONE, NONE]);
         for (o, m) in w.list(heads[1 - side]) {
             let (left, right) = if side == 0 { (row, o) } else { (o, row) };
@@ -107,6 +115,7 @@ impl JoinState {
         for w in windows {
             if let Some(rows) = self.windows.remove(w) {
                 self.rows -= rows.rows.len();
+                self.sizes = (rows.rows.len(), rows.heads.len());
             }
         }
     }
