@@ -181,7 +181,13 @@ impl RankedRest {
     /// came): its result rows, each partition's together (in the order the
     /// partitions first come) and in rank order within it.
     pub(crate) fn run(&self, rows: RecordBatch) -> Result<RecordBatch> {
-        let (base, _) = self.below.run(rows)?;
+        Ok(self.run_traced(rows)?.0)
+    }
+
+    /// [`Self::run`], and for each result row the index of the row of
+    /// `rows` it came from.
+    pub(crate) fn run_traced(&self, rows: RecordBatch) -> Result<(RecordBatch, Vec<u32>)> {
+        let (base, from_below) = self.below.run(rows)?;
         let n = base.num_rows();
         let eval = |exprs: &[Arc<dyn PhysicalExpr>]| {
             exprs
@@ -219,6 +225,12 @@ impl RankedRest {
         }
         let idx: Vec<u32> = sorted.into_iter().map(|(_, i)| i).collect();
         let idx = UInt32Array::from(idx);
+        // a numbered row's source: the row of `rows` its base row came from
+        let source: Vec<u32> = idx
+            .values()
+            .iter()
+            .map(|&i| from_below[i as usize])
+            .collect();
         let mut cols = base
             .columns()
             .iter()
@@ -230,7 +242,9 @@ impl RankedRest {
             cols,
             &RecordBatchOptions::new().with_row_count(Some(n)),
         )?;
-        Ok(self.above.run(numbered)?.0)
+        let (out, from_above) = self.above.run(numbered)?;
+        let traced = from_above.iter().map(|&i| source[i as usize]).collect();
+        Ok((out, traced))
     }
 }
 
@@ -376,6 +390,38 @@ mod tests {
         ) {
             let (expected, got) = both(sql, &rows);
             prop_assert_eq!(got, expected, "{}", sql);
+        }
+
+        /// Each result row is traced to the row it came from: the columns
+        /// it selects as they are (`k`, `v`, `g`) hold that row's values.
+        #[test]
+        fn each_result_row_is_traced_to_its_source_row(
+            rows in proptest::collection::vec(row(), 0..60),
+            sql in proptest::sample::select(QUERIES),
+        ) {
+            let ctx = SessionContext::new();
+            let t = MemTable::try_new(schema(), vec![vec![]]).expect("table");
+            ctx.register_table("t", Arc::new(t)).expect("register");
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("runtime");
+            let plan = rt
+                .block_on(ctx.state().create_logical_plan(sql))
+                .expect("plan");
+            let ranked = RankedRest::compile(&plan, schema(), &ctx).expect("ranked natively");
+            let input = batch(&rows);
+            let (out, traced) = ranked.run_traced(input.clone()).expect("ranked");
+            prop_assert_eq!(&out, &ranked.run(input.clone()).expect("ranked"));
+            prop_assert_eq!(traced.len(), out.num_rows());
+            for (j, f) in out.schema().fields().iter().enumerate() {
+                let Ok(at) = input.schema().index_of(f.name()) else {
+                    continue;
+                };
+                let sources = UInt32Array::from(traced.clone());
+                let expected = arrow::compute::take(input.column(at).as_ref(), &sources, None)
+                    .expect("take");
+                prop_assert_eq!(out.column(j).as_ref(), expected.as_ref(), "{} {}", sql, f.name());
+            }
         }
     }
 

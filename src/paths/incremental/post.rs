@@ -100,7 +100,10 @@ impl Holders {
 /// (Over the whole window, the rows of the other partitions are in both
 /// results and cancel out.) The window's whole result is kept the same way,
 /// less the old rows and plus the new, so that its close emits it without
-/// running the query over all its groups.
+/// running the query over all its groups. Where each result row's partition
+/// is known (a rest ranked without DataFusion), the result is kept by
+/// partition, and a changed partition's old rows are read there instead of
+/// evaluated again.
 struct Partitions {
     exprs: Vec<Arc<dyn PhysicalExpr>>,
     conv: RowConverter,
@@ -140,10 +143,17 @@ impl WindowParts {
     }
 }
 
-/// A window's result kept as encoded rows with their multiplicity.
+/// A window's result kept as encoded rows with their multiplicity, or,
+/// where each result row's partition is known (a rest ranked without
+/// DataFusion: see [`IncrementalView::eval_parts`]), as each partition's
+/// rows.
 #[derive(Default)]
 struct Kept {
     rows: FxHashMap<Box<[u8]>, i64>,
+    /// Each partition's rows (by its index in [`WindowParts::groups`]), where
+    /// they are kept so: a changed partition's old rows are read here, not
+    /// evaluated again.
+    by_part: Option<Vec<Vec<Box<[u8]>>>>,
     /// The result's schema (from the last evaluation).
     schema: Option<SchemaRef>,
     /// Not usable: rows could not be encoded, or an old row was not found
@@ -190,17 +200,63 @@ impl Kept {
         take_rows(new, &keep)
     }
 
+    /// The partitions `touched` changed: their rows are now those of `new`
+    /// (row `i` of partition `part_of[i]`, each one of `touched`). Returns
+    /// the rows of `new` not among those partitions' old rows (as
+    /// multisets), in `new`'s order: what Update mode emits. The rows of the
+    /// other partitions are in the window's result before and after alike.
+    fn replace_parts(
+        &mut self,
+        conv: &RowConverter,
+        touched: &[u32],
+        new: &RecordBatch,
+        part_of: &[u32],
+    ) -> Result<RecordBatch> {
+        self.schema = Some(new.schema());
+        let rows = conv.convert_columns(new.columns())?;
+        let by_part = self.by_part.get_or_insert_with(Vec::new);
+        let mut fresh: FxHashMap<u32, Vec<u32>> = FxHashMap::default();
+        for (i, &p) in part_of.iter().enumerate() {
+            fresh.entry(p).or_default().push(i as u32);
+        }
+        let mut emit: Vec<u32> = Vec::new();
+        for &p in touched {
+            let p = p as usize;
+            if by_part.len() <= p {
+                by_part.resize_with(p + 1, Vec::new);
+            }
+            let old = std::mem::take(&mut by_part[p]);
+            let at = fresh.remove(&(p as u32)).unwrap_or_default();
+            let row = |i: &u32| rows.row(*i as usize);
+            let keep = unmatched(old.iter().map(|r| &r[..]), at.iter().map(|i| row(i).data()));
+            emit.extend(keep.into_iter().map(|k| at[k as usize]));
+            by_part[p] = at.iter().map(|i| row(i).data().into()).collect();
+        }
+        if !fresh.is_empty() {
+            // a row of a partition that did not change: the result is not
+            // the union of its partitions' after all (shown, and a closing
+            // window runs the query whole)
+            self.lost = true;
+            emit.extend(fresh.into_values().flatten());
+        }
+        emit.sort_unstable();
+        take_rows(new, &emit)
+    }
+
     /// The result as a batch, or `None` when it is not usable.
     fn batch(&self, conv: Option<&RowConverter>) -> Result<Option<RecordBatch>> {
         let (Some(conv), Some(schema), false) = (conv, &self.schema, self.lost) else {
             return Ok(None);
         };
         let parser = conv.parser();
-        let rows = self
-            .rows
-            .iter()
-            .flat_map(|(r, &c)| std::iter::repeat_n(parser.parse(r), c.max(0) as usize));
-        let cols = conv.convert_rows(rows)?;
+        let cols = match &self.by_part {
+            Some(parts) => conv.convert_rows(parts.iter().flatten().map(|r| parser.parse(r)))?,
+            None => conv.convert_rows(
+                self.rows
+                    .iter()
+                    .flat_map(|(r, &c)| std::iter::repeat_n(parser.parse(r), c.max(0) as usize)),
+            )?,
+        };
         Ok(Some(RecordBatch::try_new(schema.clone(), cols)?))
     }
 }
@@ -299,6 +355,11 @@ fn by_window<'a>(updates: impl Iterator<Item = &'a Update>) -> Vec<(Window, Vec<
     }
     out
 }
+
+/// A changed window of a step by partition, before its states move in: its
+/// touched partitions, their groups, and their result then (`None` where each
+/// partition's rows are kept: see [`Kept::replace_parts`]).
+type Before = (Window, Vec<u32>, Vec<u64>, Option<RecordBatch>);
 
 /// An open group, borrowed where the host keeps it.
 type OpenGroup<'a> = (&'a (Window, u64), &'a Vec<AggState>);
@@ -495,6 +556,17 @@ impl IncrementalView {
         schema: &SchemaRef,
         once: bool,
     ) -> Result<Vec<ArrayRef>> {
+        Ok(self.expand_traced(agg, columns, schema, once)?.0)
+    }
+
+    /// [`Self::expand`], and for each candidate row its group's row in `agg`.
+    fn expand_traced(
+        &self,
+        agg: &RecordBatch,
+        columns: &[Option<usize>],
+        schema: &SchemaRef,
+        once: bool,
+    ) -> Result<(Vec<ArrayRef>, Vec<u32>)> {
         let counts = agg
             .column(self.plan.group_keys)
             .as_primitive_opt::<Int64Type>()
@@ -512,7 +584,7 @@ impl IncrementalView {
             idx.extend(std::iter::repeat_n(i as u32, times));
         }
         let idx = UInt32Array::from(idx);
-        schema
+        let cols = schema
             .fields()
             .iter()
             .zip(columns)
@@ -523,7 +595,53 @@ impl IncrementalView {
                     .and_then(|v| v.to_array_of_size(idx.len()))
                     .map_err(|e| Error::eval(&self.view, e)),
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        Ok((cols, idx.values().to_vec()))
+    }
+
+    fn untraced(&self) -> Error {
+        Error::internal(
+            &self.view,
+            "a result traced to its partitions that cannot be",
+        )
+    }
+
+    /// Whether each result row's partition is known: a top-rows rest
+    /// ranked without DataFusion, whose result rows are kept encoded.
+    fn traces(post: &PostRun, parts: &Partitions) -> bool {
+        post.ranked.is_some() && post.expand.is_some() && parts.out.is_some()
+    }
+
+    /// The rest over `groups` (of `wp`'s window; see [`Self::traces`]), and
+    /// each result row's partition: that of the group it came from.
+    /// Evaluated as [`Self::post_eval`] does (a top-rows rest reads every
+    /// shown group: no extremum is looked for).
+    fn eval_parts<G: GroupStates>(
+        &self,
+        post: &PostRun,
+        wp: &WindowParts,
+        groups: &[G],
+    ) -> Result<(RecordBatch, Vec<u32>)> {
+        let (Some(ranked), Some(columns)) = (&post.ranked, &post.expand) else {
+            return Err(self.untraced());
+        };
+        let shown = self.shown(groups);
+        let agg = self.agg_rows(&shown)?;
+        let (cols, candidates) = self.expand_traced(&agg, columns, &post.table.schema(), false)?;
+        let rows = RecordBatch::try_new(post.table.schema(), cols)?;
+        let (out, from) = ranked
+            .run_traced(rows)
+            .map_err(|e| Error::eval(&self.view, e))?;
+        let part_of = from
+            .iter()
+            .map(|&c| {
+                let key = shown[candidates[c as usize] as usize].key();
+                wp.of_key.get(&key).copied().ok_or_else(|| {
+                    Error::internal(&self.view, "a result row of a group in no partition")
+                })
+            })
+            .collect::<Result<Vec<u32>>>()?;
+        Ok((post.eval.as_output(&out)?, part_of))
     }
 
     fn post_rows(
@@ -595,15 +713,17 @@ impl IncrementalView {
         result
     }
 
-    /// Window `w`'s groups in the partitions that `changed` (its changed
-    /// groups) touch, every group of `w` placed in its partition first.
+    /// The partitions of window `w` that `changed` (its changed groups)
+    /// touch, and their groups, every group of `w` placed in its partition
+    /// first.
     fn touched(
         &self,
         post: &PostRun,
         parts: &mut Partitions,
         w: Window,
         changed: &[&Update],
-    ) -> Result<Vec<u64>> {
+    ) -> Result<(Vec<u32>, Vec<u64>)> {
+        let traces = Self::traces(post, parts);
         let Partitions {
             exprs,
             conv,
@@ -617,11 +737,19 @@ impl IncrementalView {
                 let wp = v.insert(WindowParts::default());
                 let open = open_groups(&self.open, w);
                 self.place(post, exprs, conv, wp, &open)?;
-                if !open.is_empty() {
-                    // its result as it stands (after a restore), kept from here on
-                    let res = self.post_eval(post, w, &open)?;
-                    let none = RecordBatch::new_empty(res.schema());
-                    wp.result.replace(out.as_ref(), &none, &res)?;
+                // its result as it stands (after a restore), kept from here on
+                match (traces, out.as_ref()) {
+                    (true, Some(out)) => {
+                        let (res, part_of) = self.eval_parts(post, wp, &open)?;
+                        let all: Vec<u32> = (0..wp.groups.len() as u32).collect();
+                        wp.result.replace_parts(out, &all, &res, &part_of)?;
+                    }
+                    _ if !open.is_empty() => {
+                        let res = self.post_eval(post, w, &open)?;
+                        let none = RecordBatch::new_empty(res.schema());
+                        wp.result.replace(out.as_ref(), &none, &res)?;
+                    }
+                    _ => {}
                 }
                 wp
             }
@@ -638,10 +766,11 @@ impl IncrementalView {
             .collect();
         touched.sort_unstable();
         touched.dedup();
-        Ok(touched
-            .into_iter()
-            .flat_map(|p| wp.groups[p as usize].iter().copied())
-            .collect())
+        let keys = touched
+            .iter()
+            .flat_map(|&p| wp.groups[p as usize].iter().copied())
+            .collect();
+        Ok((touched, keys))
     }
 
     /// Place `groups` (not placed yet) in their partitions of `wp`.
@@ -757,9 +886,13 @@ impl IncrementalView {
                     })
                     .collect();
                 let changed: Vec<&Update> = moved.iter().copied().chain(&gone_updates).collect();
-                let keys = self.touched(post, parts, w, &changed)?;
-                let old = open_of(&self.open, w, &keys);
-                let old = self.post_eval(post, w, &old)?;
+                let traces = Self::traces(post, parts);
+                let (touched, keys) = self.touched(post, parts, w, &changed)?;
+                // (traced, the partitions' old rows are kept: not evaluated)
+                let old = match traces {
+                    true => None,
+                    false => Some(self.post_eval(post, w, &open_of(&self.open, w, &keys))?),
+                };
                 let new: Vec<&Update> = keys
                     .iter()
                     .filter_map(|k| {
@@ -767,9 +900,18 @@ impl IncrementalView {
                         Some(groups[at])
                     })
                     .collect();
-                let new = self.post_eval(post, w, &new)?;
                 let wp = parts.windows.entry(w).or_default();
-                wp.result.replace(parts.out.as_ref(), &old, &new)?;
+                match (old, parts.out.as_ref()) {
+                    (Some(old), out) => {
+                        let new = self.post_eval(post, w, &new)?;
+                        wp.result.replace(out, &old, &new)?;
+                    }
+                    (None, out) => {
+                        let (new, part_of) = self.eval_parts(post, wp, &new)?;
+                        let out = out.ok_or_else(|| self.untraced())?;
+                        wp.result.replace_parts(out, &touched, &new, &part_of)?;
+                    }
+                }
             }
             match parts.windows.get(&w) {
                 Some(wp) => wp.result.batch(parts.out.as_ref()),
@@ -796,13 +938,17 @@ impl IncrementalView {
         let closed = by_window(step.closed.iter());
         out.windows_closed = closed.len() as u64;
         // by partition: each changed window's touched partitions, evaluated before the change
-        let mut before: Vec<(Window, Vec<u64>, RecordBatch)> = Vec::new();
+        // (traced, not evaluated: each partition's old rows are kept)
+        let mut before: Vec<Before> = Vec::new();
         if let Some(parts) = parts.as_deref_mut() {
+            let traces = Self::traces(post, parts);
             for (w, changed) in by_window(step.changed.iter()) {
-                let keys = self.touched(post, parts, w, &changed)?;
-                let old = open_of(&self.open, w, &keys);
-                let res = self.post_eval(post, w, &old)?;
-                before.push((w, keys, res));
+                let (touched, keys) = self.touched(post, parts, w, &changed)?;
+                let old = match traces {
+                    true => None,
+                    false => Some(self.post_eval(post, w, &open_of(&self.open, w, &keys))?),
+                };
+                before.push((w, touched, keys, old));
             }
         }
         let counted = match (self.mode, parts.is_none()) {
@@ -858,11 +1004,20 @@ impl IncrementalView {
             }
             OutputMode::Update => {
                 if let Some(parts) = parts.as_deref_mut() {
-                    for (w, keys, old) in before {
+                    for (w, touched, keys, old) in before {
                         let new = open_of(&self.open, w, &keys);
-                        let res = self.post_eval(post, w, &new)?;
-                        let kept = &mut parts.windows.entry(w).or_default().result;
-                        let emit = kept.replace(parts.out.as_ref(), &old, &res)?;
+                        let wp = parts.windows.entry(w).or_default();
+                        let emit = match (old, parts.out.as_ref()) {
+                            (Some(old), out) => {
+                                let res = self.post_eval(post, w, &new)?;
+                                wp.result.replace(out, &old, &res)?
+                            }
+                            (None, out) => {
+                                let (res, part_of) = self.eval_parts(post, wp, &new)?;
+                                let out = out.ok_or_else(|| self.untraced())?;
+                                wp.result.replace_parts(out, &touched, &res, &part_of)?
+                            }
+                        };
                         out.batches.push(self.post_rows(w, &emit, Some(false))?);
                     }
                 } else if let Some(emit) = outer {
