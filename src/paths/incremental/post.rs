@@ -143,6 +143,10 @@ impl WindowParts {
     }
 }
 
+/// Old rows of a partition matched one by one against its new rows (more:
+/// by a hash of their bytes).
+const FEW_ROWS: usize = 16;
+
 /// A window's result kept as encoded rows with their multiplicity, or,
 /// where each result row's partition is known (a rest ranked without
 /// DataFusion: see [`IncrementalView::eval_parts`]), as each partition's
@@ -200,11 +204,12 @@ impl Kept {
         take_rows(new, &keep)
     }
 
-    /// The partitions `touched` changed: their rows are now those of `new`
-    /// (row `i` of partition `part_of[i]`, each one of `touched`). Returns
-    /// the rows of `new` not among those partitions' old rows (as
-    /// multisets), in `new`'s order: what Update mode emits. The rows of the
-    /// other partitions are in the window's result before and after alike.
+    /// The partitions `touched` (ascending) changed: their rows are now
+    /// those of `new` (row `i` of partition `part_of[i]`, each one of
+    /// `touched`). Returns the rows of `new` not among those partitions' old
+    /// rows (as multisets), in `new`'s order: what Update mode emits. The
+    /// rows of the other partitions are in the window's result before and
+    /// after alike.
     fn replace_parts(
         &mut self,
         conv: &RowConverter,
@@ -212,32 +217,57 @@ impl Kept {
         new: &RecordBatch,
         part_of: &[u32],
     ) -> Result<RecordBatch> {
+        debug_assert!(touched.windows(2).all(|p| p[0] < p[1]));
         self.schema = Some(new.schema());
         let rows = conv.convert_columns(new.columns())?;
         let by_part = self.by_part.get_or_insert_with(Vec::new);
-        let mut fresh: FxHashMap<u32, Vec<u32>> = FxHashMap::default();
-        for (i, &p) in part_of.iter().enumerate() {
-            fresh.entry(p).or_default().push(i as u32);
-        }
-        let mut emit: Vec<u32> = Vec::new();
-        for &p in touched {
-            let p = p as usize;
-            if by_part.len() <= p {
-                by_part.resize_with(p + 1, Vec::new);
+        if let Some(&last) = touched.last() {
+            if by_part.len() <= last as usize {
+                by_part.resize_with(last as usize + 1, Vec::new);
             }
-            let old = std::mem::take(&mut by_part[p]);
-            let at = fresh.remove(&(p as u32)).unwrap_or_default();
-            let row = |i: &u32| rows.row(*i as usize);
-            let keep = unmatched(old.iter().map(|r| &r[..]), at.iter().map(|i| row(i).data()));
-            emit.extend(keep.into_iter().map(|k| at[k as usize]));
-            by_part[p] = at.iter().map(|i| row(i).data().into()).collect();
         }
-        if !fresh.is_empty() {
+        // the rows by partition (in `new`'s order within one), walked beside `touched`
+        let mut order: Vec<(u32, u32)> = part_of.iter().copied().zip(0u32..).collect();
+        order.sort_unstable();
+        let mut order = order.as_slice();
+        let mut emit: Vec<u32> = Vec::new();
+        let mut stray = false;
+        for &p in touched {
+            let before = order.partition_point(|&(q, _)| q < p);
+            stray |= before > 0;
+            emit.extend(order[..before].iter().map(|&(_, i)| i));
+            let n = order[before..].partition_point(|&(q, _)| q == p);
+            let at = &order[before..before + n];
+            order = &order[before + n..];
+            let p = p as usize;
+            let mut old = std::mem::take(&mut by_part[p]);
+            let row = |i: u32| rows.row(i as usize).data();
+            if old.len() > FEW_ROWS {
+                let keep = unmatched(old.iter().map(|r| &r[..]), at.iter().map(|&(_, i)| row(i)));
+                emit.extend(keep.into_iter().map(|k| at[k as usize].1));
+                by_part[p] = at.iter().map(|&(_, i)| row(i).into()).collect();
+                continue;
+            }
+            // a few old rows: each new row looked for among them, an equal
+            // one kept as it is (and the new row not emitted)
+            let mut kept = Vec::with_capacity(at.len());
+            for &(_, i) in at {
+                match old.iter().position(|r| &r[..] == row(i)) {
+                    Some(k) => kept.push(old.swap_remove(k)),
+                    None => {
+                        emit.push(i);
+                        kept.push(row(i).into());
+                    }
+                }
+            }
+            by_part[p] = kept;
+        }
+        if stray || !order.is_empty() {
             // a row of a partition that did not change: the result is not
             // the union of its partitions' after all (shown, and a closing
             // window runs the query whole)
             self.lost = true;
-            emit.extend(fresh.into_values().flatten());
+            emit.extend(order.iter().map(|&(_, i)| i));
         }
         emit.sort_unstable();
         take_rows(new, &emit)
@@ -1076,9 +1106,77 @@ impl IncrementalView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
     use proptest::prelude::*;
 
+    /// One step of a result kept by partition: the partitions it touches
+    /// (a subset of 0..6), and each touched partition's new rows.
+    fn part_steps() -> impl Strategy<Value = Vec<Vec<(u32, Vec<i64>)>>> {
+        let rows = proptest::collection::vec(0i64..6, 0..40);
+        let step = proptest::collection::btree_map(0u32..6, rows, 0..4)
+            .prop_map(|m| m.into_iter().collect::<Vec<_>>());
+        proptest::collection::vec(step, 1..8)
+    }
+
     proptest! {
+        /// A result kept by partition emits, at each step, the rows of its
+        /// touched partitions less their old rows (as multisets), and holds
+        /// the union of every partition's last rows: partitions of few rows
+        /// and of many (matched by hash), repeated rows among them.
+        #[test]
+        fn kept_by_partition_emits_the_new_rows_less_the_old(steps in part_steps()) {
+            let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+            let conv = RowConverter::new(vec![SortField::new(DataType::Int64)]).expect("conv");
+            let mut kept = Kept::default();
+            let mut model: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
+            for step in steps {
+                let touched: Vec<u32> = step.iter().map(|(p, _)| *p).collect();
+                // the rows of the partitions interleaved, as a ranking gives them
+                let mut rows: Vec<(u32, i64)> = step
+                    .iter()
+                    .flat_map(|(p, vs)| vs.iter().map(move |v| (*p, *v)))
+                    .collect();
+                rows.sort_by_key(|&(p, v)| (v, p));
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1)))],
+                )
+                .expect("batch");
+                let part_of: Vec<u32> = rows.iter().map(|r| r.0).collect();
+                let emitted = kept
+                    .replace_parts(&conv, &touched, &batch, &part_of)
+                    .expect("replace");
+                let mut got: Vec<i64> = emitted
+                    .column(0)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec();
+                got.sort_unstable();
+                let mut expected: Vec<i64> = Vec::new();
+                for (p, new) in &step {
+                    let mut old = model.remove(p).unwrap_or_default();
+                    for v in new {
+                        match old.iter().position(|o| o == v) {
+                            Some(k) => {
+                                old.swap_remove(k);
+                            }
+                            None => expected.push(*v),
+                        }
+                    }
+                    model.insert(*p, new.clone());
+                }
+                expected.sort_unstable();
+                prop_assert_eq!(got, expected);
+                let all = kept.batch(Some(&conv)).expect("batch").expect("kept");
+                let mut all: Vec<i64> = all.column(0).as_primitive::<Int64Type>().values().to_vec();
+                all.sort_unstable();
+                let mut held: Vec<i64> = model.values().flatten().copied().collect();
+                held.sort_unstable();
+                prop_assert_eq!(all, held);
+            }
+        }
+
         /// The walk finds what a search per key finds, in the keys' order:
         /// keys held or not, in runs or far apart, of the window or of its
         /// neighbours.
