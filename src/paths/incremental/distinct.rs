@@ -347,6 +347,21 @@ impl IncrementalView {
         if let Some(width) = fields.iter().map(|f| fixed_width(f.data_type())).sum() {
             return Ok(GroupKeys::Prefix(width, &self.keys));
         }
+        // strings and binaries among them: each entry's head measured
+        let heads = updates
+            .iter()
+            .map(|u| {
+                let bytes = self.keys.bytes(u.key);
+                let mut at = 0;
+                for f in fields {
+                    at += encoded_len(f.data_type(), bytes.get(at..)?)?;
+                }
+                (at <= bytes.len()).then_some(at)
+            })
+            .collect::<Option<Vec<usize>>>();
+        if let Some(heads) = heads {
+            return Ok(GroupKeys::Heads(heads, &self.keys));
+        }
         let parser = conv.parser();
         let cols =
             conv.convert_rows(updates.iter().map(|u| parser.parse(self.keys.bytes(u.key))))?;
@@ -547,6 +562,8 @@ impl IncrementalView {
 enum GroupKeys<'a> {
     /// The first bytes of each entry's key.
     Prefix(usize, &'a super::keys::Keys),
+    /// The first bytes of each entry's key, as many as its index's number.
+    Heads(Vec<usize>, &'a super::keys::Keys),
     /// Each entry's, by its index.
     Rows(Rows),
 }
@@ -556,7 +573,7 @@ impl GroupKeys<'_> {
     fn width(&self) -> Option<usize> {
         match self {
             GroupKeys::Prefix(n, _) => Some(*n),
-            GroupKeys::Rows(_) => None,
+            GroupKeys::Heads(..) | GroupKeys::Rows(_) => None,
         }
     }
 
@@ -564,6 +581,7 @@ impl GroupKeys<'_> {
     fn of(&self, i: usize, u: &Update) -> &[u8] {
         match self {
             GroupKeys::Prefix(n, keys) => keys.bytes(u.key).get(..*n).unwrap_or(&[]),
+            GroupKeys::Heads(n, keys) => keys.bytes(u.key).get(..n[i]).unwrap_or(&[]),
             GroupKeys::Rows(rows) => rows.row(i).data(),
         }
     }
@@ -616,6 +634,38 @@ pub(super) fn fixed_width(t: &arrow::datatypes::DataType) -> Option<usize> {
         D::Decimal128(_, _) => Some(17),
         _ => None,
     }
+}
+
+/// The length of the row-format bytes (ascending, NULLs first: as the
+/// view's keys are encoded) of a value of type `t` at the head of `bytes`:
+/// a fixed width, or for strings and binaries, measured by walking their
+/// encoding (a first byte 2 for a value of at least one byte, then blocks,
+/// up to four of 8 bytes and then of 32, each followed by 0xFF where
+/// another block follows). `None` for other types, or bytes that end early.
+fn encoded_len(t: &arrow::datatypes::DataType, bytes: &[u8]) -> Option<usize> {
+    use arrow::datatypes::DataType as D;
+    if let Some(w) = fixed_width(t) {
+        return Some(w);
+    }
+    if !matches!(
+        t,
+        D::Utf8 | D::LargeUtf8 | D::Utf8View | D::Binary | D::LargeBinary | D::BinaryView
+    ) {
+        return None;
+    }
+    // NULL and the empty value are one byte
+    if *bytes.first()? != 2 {
+        return Some(1);
+    }
+    let mut at = 1;
+    for block in std::iter::repeat_n(8, 4).chain(std::iter::repeat(32)) {
+        let continues = *bytes.get(at + block)? == 0xFF;
+        at += block + 1;
+        if !continues {
+            return Some(at);
+        }
+    }
+    None
 }
 
 /// An open group's row: its key, its merged states.
@@ -711,6 +761,57 @@ mod tests {
         UInt8Array,
     };
     use std::sync::Arc;
+
+    proptest::proptest! {
+        /// Strings and binaries of any length (NULL, empty, across the 8- and
+        /// 32-byte blocks) followed by more key columns: the measured head of
+        /// an entry's key is the group keys' own encoding.
+        #[test]
+        fn variable_width_keys_are_measured_at_the_head_of_an_entrys_key(
+            values in proptest::collection::vec(
+                proptest::option::weighted(0.9, "[a-z\u{0}é\u{1F600}]{0,80}"),
+                1..20,
+            ),
+            more in proptest::collection::vec(proptest::num::i64::ANY, 20),
+        ) {
+            use arrow::array::{BinaryArray, LargeStringArray, StringViewArray};
+            let conv = |cols: &[ArrayRef]| {
+                RowConverter::new(
+                    cols.iter()
+                        .map(|c| SortField::new(c.data_type().clone()))
+                        .collect(),
+                )
+                .expect("converter")
+                .convert_columns(cols)
+                .expect("rows")
+            };
+            let n = values.len();
+            let strs: Vec<Option<&str>> = values.iter().map(|v| v.as_deref()).collect();
+            let typed: Vec<ArrayRef> = vec![
+                Arc::new(StringArray::from(strs.clone())),
+                Arc::new(LargeStringArray::from(strs.clone())),
+                Arc::new(StringViewArray::from(strs.clone())),
+                Arc::new(BinaryArray::from(
+                    strs.iter().map(|s| s.map(str::as_bytes)).collect::<Vec<_>>(),
+                )),
+            ];
+            let ints: ArrayRef = Arc::new(Int64Array::from(more[..n].to_vec()));
+            for a in &typed {
+                // a string, an integer and a string again as the group keys
+                let group = conv(&[a.clone(), ints.clone(), a.clone()]);
+                let entry = conv(&[a.clone(), ints.clone(), a.clone(), ints.clone()]);
+                let types = [a.data_type(), ints.data_type(), a.data_type()];
+                for i in 0..n {
+                    let bytes = entry.row(i).data();
+                    let mut at = 0;
+                    for t in types {
+                        at += encoded_len(t, &bytes[at..]).expect("measured");
+                    }
+                    proptest::prop_assert_eq!(&bytes[..at], group.row(i).data());
+                }
+            }
+        }
+    }
 
     /// For every type `fixed_width` names, the row format encodes each value
     /// (NULL or not) in that many bytes, so the group keys' encoding is the
