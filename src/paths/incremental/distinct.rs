@@ -211,6 +211,9 @@ impl DistinctGroups {
         let merged = &mut w.groups[g].merged;
         for (((a, new), m), kept) in aggs.iter().zip(&u.aggs).zip(merged).zip(&l.kept) {
             match (*kept, a.per_value) {
+                // unchanged (as an entry's other arguments' aggregates stay):
+                // nothing to add to its group's merge
+                (Kept::Count(i), _) if new.count == counts[i] => {}
                 (Kept::Count(i), _) => {
                     let old = AggState {
                         count: counts[i],
@@ -219,6 +222,7 @@ impl DistinctGroups {
                     m.combine(a.kind, &change(a.kind, &old, new)?)?;
                     counts[i] = new.count;
                 }
+                (Kept::State(i), _) if !new_entry && states[i] == *new => {}
                 (Kept::State(i), _) => {
                     let old = if new_entry {
                         AggState::EMPTY
