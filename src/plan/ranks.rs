@@ -337,8 +337,15 @@ mod tests {
         lines
     }
 
-    /// `sql` over `rows` as DataFusion runs it, and as [`RankedRest`] does.
-    fn both(sql: &str, rows: &[Row]) -> (Vec<String>, Vec<String>) {
+    /// A table `t` of `rows`, `sql` planned over it, and its rest ranked natively.
+    struct Compiled {
+        ctx: SessionContext,
+        rt: tokio::runtime::Runtime,
+        plan: LogicalPlan,
+        ranked: RankedRest,
+    }
+
+    fn compiled(sql: &str, rows: &[Row]) -> Compiled {
         let ctx = SessionContext::new();
         let t = MemTable::try_new(schema(), vec![vec![batch(rows)]]).expect("table");
         ctx.register_table("t", Arc::new(t)).expect("register");
@@ -349,6 +356,22 @@ mod tests {
             .block_on(ctx.state().create_logical_plan(sql))
             .expect("plan");
         let ranked = RankedRest::compile(&plan, schema(), &ctx).expect("ranked natively");
+        Compiled {
+            ctx,
+            rt,
+            plan,
+            ranked,
+        }
+    }
+
+    /// `sql` over `rows` as DataFusion runs it, and as [`RankedRest`] does.
+    fn both(sql: &str, rows: &[Row]) -> (Vec<String>, Vec<String>) {
+        let Compiled {
+            ctx,
+            rt,
+            plan,
+            ranked,
+        } = compiled(sql, rows);
         let expected = rt
             .block_on(async { ctx.execute_logical_plan(plan).await?.collect().await })
             .expect("run");
@@ -399,16 +422,7 @@ mod tests {
             rows in proptest::collection::vec(row(), 0..60),
             sql in proptest::sample::select(QUERIES),
         ) {
-            let ctx = SessionContext::new();
-            let t = MemTable::try_new(schema(), vec![vec![]]).expect("table");
-            ctx.register_table("t", Arc::new(t)).expect("register");
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .expect("runtime");
-            let plan = rt
-                .block_on(ctx.state().create_logical_plan(sql))
-                .expect("plan");
-            let ranked = RankedRest::compile(&plan, schema(), &ctx).expect("ranked natively");
+            let ranked = compiled(sql, &[]).ranked;
             let input = batch(&rows);
             let (out, traced) = ranked.run_traced(input.clone()).expect("ranked");
             prop_assert_eq!(&out, &ranked.run(input.clone()).expect("ranked"));

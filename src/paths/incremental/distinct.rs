@@ -766,6 +766,18 @@ mod tests {
     };
     use std::sync::Arc;
 
+    /// `cols` in the row format, each column in its default sort order.
+    fn conv(cols: &[ArrayRef]) -> arrow::row::Rows {
+        RowConverter::new(
+            cols.iter()
+                .map(|c| SortField::new(c.data_type().clone()))
+                .collect(),
+        )
+        .expect("converter")
+        .convert_columns(cols)
+        .expect("rows")
+    }
+
     proptest::proptest! {
         /// Strings and binaries of any length (NULL, empty, across the 8- and
         /// 32-byte blocks) followed by more key columns: the measured head of
@@ -779,16 +791,6 @@ mod tests {
             more in proptest::collection::vec(proptest::num::i64::ANY, 20),
         ) {
             use arrow::array::{BinaryArray, LargeStringArray, StringViewArray};
-            let conv = |cols: &[ArrayRef]| {
-                RowConverter::new(
-                    cols.iter()
-                        .map(|c| SortField::new(c.data_type().clone()))
-                        .collect(),
-                )
-                .expect("converter")
-                .convert_columns(cols)
-                .expect("rows")
-            };
             let n = values.len();
             let strs: Vec<Option<&str>> = values.iter().map(|v| v.as_deref()).collect();
             let typed: Vec<ArrayRef> = vec![
@@ -846,16 +848,6 @@ mod tests {
         ];
         let value: ArrayRef =
             Arc::new(StringArray::from(vec![Some("a"), None, Some("long value")]));
-        let conv = |cols: &[ArrayRef]| {
-            RowConverter::new(
-                cols.iter()
-                    .map(|c| SortField::new(c.data_type().clone()))
-                    .collect(),
-            )
-            .expect("converter")
-            .convert_columns(cols)
-            .expect("rows")
-        };
         for a in &cols {
             for b in &cols {
                 let width = fixed_width(a.data_type())
