@@ -817,6 +817,45 @@ mod tests {
                 }
             }
         }
+
+        /// Binaries of any bytes (0xFF, the row format's continuation mark,
+        /// among them) and of every length across the 8- and 32-byte blocks.
+        #[test]
+        fn binary_keys_of_any_bytes_are_measured_at_the_head_of_an_entrys_key(
+            values in proptest::collection::vec(
+                proptest::option::weighted(
+                    0.9,
+                    proptest::collection::vec(
+                        proptest::prop_oneof![
+                            proptest::strategy::Just(0xFFu8),
+                            proptest::strategy::Just(0u8),
+                            proptest::num::u8::ANY,
+                        ],
+                        0..80usize,
+                    ),
+                ),
+                1..20,
+            ),
+        ) {
+            use arrow::array::{BinaryArray, BinaryViewArray, LargeBinaryArray};
+            let bins: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
+            let ints: ArrayRef = Arc::new(Int64Array::from_iter_values(0..bins.len() as i64));
+            let typed: Vec<ArrayRef> = vec![
+                Arc::new(BinaryArray::from(bins.clone())),
+                Arc::new(LargeBinaryArray::from(bins.clone())),
+                Arc::new(BinaryViewArray::from(bins.clone())),
+            ];
+            for a in &typed {
+                let group = conv(&[a.clone(), a.clone()]);
+                let entry = conv(&[a.clone(), a.clone(), ints.clone()]);
+                for i in 0..bins.len() {
+                    let bytes = entry.row(i).data();
+                    let first = encoded_len(a.data_type(), bytes).expect("measured");
+                    let at = first + encoded_len(a.data_type(), &bytes[first..]).expect("measured");
+                    proptest::prop_assert_eq!(&bytes[..at], group.row(i).data());
+                }
+            }
+        }
     }
 
     /// For every type `fixed_width` names, the row format encodes each value
