@@ -427,8 +427,12 @@ pub(super) struct KeyDictionary {
     short: MixMap<u128, u64>,
     /// Ids of keys of 16 to 31 bytes, by [`packed_mid`] key.
     mid: MixMap<(u128, u128), u64>,
-    /// Ids of longer keys.
-    ids: FxHashMap<Box<[u8]>, u64>,
+    /// Ids of longer keys, by a hash of their bytes (see [`long_hash`]; the
+    /// bytes are in `keys`, not copied here): the first id with that hash,
+    /// and any others.
+    long: MixMap<u64, (u64, Vec<u64>)>,
+    /// How many ids `long` holds.
+    long_len: usize,
     /// By id: the key's bytes (`None`: a free id), shared with
     /// [`KeySnapshot`]s.
     keys: Chunked,
@@ -474,13 +478,54 @@ impl KeyDictionary {
     /// The id of a key held: by its [`packed`] form `p`, else its `key` bytes.
     fn lookup(&self, p: Option<u128>, key: &[u8]) -> Option<u64> {
         match p {
-            Some(p) => self.short.get(&p),
+            Some(p) => self.short.get(&p).copied(),
             None => match packed_mid(key) {
-                Some(m) => self.mid.get(&m),
-                None => self.ids.get(key),
+                Some(m) => self.mid.get(&m).copied(),
+                None => self.long_id(key),
             },
         }
-        .copied()
+    }
+
+    /// The id of a long `key` held.
+    fn long_id(&self, key: &[u8]) -> Option<u64> {
+        let (first, more) = self.long.get(&long_hash(key))?;
+        std::iter::once(first)
+            .chain(more)
+            .find(|&&id| self.keys.get(id).is_some_and(|k| k.as_slice() == key))
+            .copied()
+    }
+
+    /// Maps a long key's `hash` to `id` (a key not held).
+    fn map_long(&mut self, hash: u64, id: u64) {
+        match self.long.entry(hash) {
+            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().1.push(id),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert((id, Vec::new()));
+            }
+        }
+        self.long_len += 1;
+    }
+
+    /// Unmaps `id`, a long key with these `bytes`.
+    fn unmap_long(&mut self, bytes: &[u8], id: u64) {
+        let std::collections::hash_map::Entry::Occupied(mut e) = self.long.entry(long_hash(bytes))
+        else {
+            return;
+        };
+        let (first, more) = e.get_mut();
+        if *first == id {
+            match more.pop() {
+                Some(next) => *first = next,
+                None => {
+                    e.remove();
+                }
+            }
+        } else if let Some(at) = more.iter().position(|&x| x == id) {
+            more.swap_remove(at);
+        } else {
+            return;
+        }
+        self.long_len -= 1;
     }
 
     /// The id of `key`, seen in a window ending at `end`.
@@ -488,12 +533,12 @@ impl KeyDictionary {
         let short = packed(key);
         let mid = short.is_none().then(|| packed_mid(key)).flatten();
         let found = match (short, mid) {
-            (Some(p), _) => self.short.get(&p),
-            (None, Some(m)) => self.mid.get(&m),
-            (None, None) => self.ids.get(key),
+            (Some(p), _) => self.short.get(&p).copied(),
+            (None, Some(m)) => self.mid.get(&m).copied(),
+            (None, None) => self.long_id(key),
         };
         let id = match found {
-            Some(&id) => {
+            Some(id) => {
                 // an expired key comes back
                 if self.latest[id as usize] <= self.through && self.cached > 0 {
                     self.cached -= 1;
@@ -512,10 +557,14 @@ impl KeyDictionary {
                 *self.keys.slot_mut(id) = Some(KeyBuf::new(key));
                 self.latest[id as usize] = EventTime::MIN;
                 match (short, mid) {
-                    (Some(p), _) => self.short.insert(p, id),
-                    (None, Some(m)) => self.mid.insert(m, id),
-                    (None, None) => self.ids.insert(key.into(), id),
-                };
+                    (Some(p), _) => {
+                        self.short.insert(p, id);
+                    }
+                    (None, Some(m)) => {
+                        self.mid.insert(m, id);
+                    }
+                    (None, None) => self.map_long(long_hash(key), id),
+                }
                 id
             }
         };
@@ -594,7 +643,7 @@ impl KeyDictionary {
             }
             if let Some(key) = self.keys.slot_mut(id).take() {
                 if !rebuild {
-                    self.unmap(key.as_slice());
+                    self.unmap(key.as_slice(), id);
                 }
                 self.free.push(id);
             }
@@ -602,39 +651,65 @@ impl KeyDictionary {
         if rebuild {
             self.short.clear();
             self.mid.clear();
-            self.ids.clear();
+            self.long.clear();
+            self.long_len = 0;
             for id in 0..self.keys.len {
                 if let Some(key) = self.keys.get(id) {
                     let bytes = key.as_slice();
                     match (packed(bytes), packed_mid(bytes)) {
-                        (Some(p), _) => self.short.insert(p, id),
-                        (None, Some(m)) => self.mid.insert(m, id),
-                        (None, None) => self.ids.insert(bytes.into(), id),
-                    };
+                        (Some(p), _) => {
+                            self.short.insert(p, id);
+                        }
+                        (None, Some(m)) => {
+                            self.mid.insert(m, id);
+                        }
+                        (None, None) => {
+                            let hash = long_hash(bytes);
+                            self.map_long(hash, id);
+                        }
+                    }
                 }
             }
         }
         self.cached = 0;
     }
 
-    /// Removes `bytes` from the map that holds its id.
-    fn unmap(&mut self, bytes: &[u8]) {
+    /// Removes `id`, whose key is `bytes`, from the map that holds it.
+    fn unmap(&mut self, bytes: &[u8], id: u64) {
         match (packed(bytes), packed_mid(bytes)) {
-            (Some(p), _) => self.short.remove(&p),
-            (None, Some(m)) => self.mid.remove(&m),
-            (None, None) => self.ids.remove(bytes),
-        };
+            (Some(p), _) => {
+                self.short.remove(&p);
+            }
+            (None, Some(m)) => {
+                self.mid.remove(&m);
+            }
+            (None, None) => self.unmap_long(bytes, id),
+        }
     }
 
     /// Keys held, live and expired.
     fn held(&self) -> usize {
-        self.short.len() + self.mid.len() + self.ids.len()
+        self.short.len() + self.mid.len() + self.long_len
     }
 
     /// Live keys held: in an open window.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.held() - self.cached
+    }
+}
+
+/// A long key's hash in [`KeyDictionary`]'s map (which mixes it again).
+/// The unit tests keep 4 of its bits, so that long keys share hashes and
+/// every test of the dictionary goes through the keys found by comparing
+/// their bytes.
+fn long_hash(key: &[u8]) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = rustc_hash::FxBuildHasher.build_hasher();
+    h.write(key);
+    match cfg!(test) {
+        true => h.finish() & 0xF,
+        false => h.finish(),
     }
 }
 
