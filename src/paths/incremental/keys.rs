@@ -481,14 +481,14 @@ impl KeyDictionary {
             Some(p) => self.short.get(&p).copied(),
             None => match packed_mid(key) {
                 Some(m) => self.mid.get(&m).copied(),
-                None => self.long_id(key),
+                None => self.long_id(long_hash(key), key),
             },
         }
     }
 
-    /// The id of a long `key` held.
-    fn long_id(&self, key: &[u8]) -> Option<u64> {
-        let (first, more) = self.long.get(&long_hash(key))?;
+    /// The id of a long `key` held, whose [`long_hash`] is `hash`.
+    fn long_id(&self, hash: u64, key: &[u8]) -> Option<u64> {
+        let (first, more) = self.long.get(&hash)?;
         std::iter::once(first)
             .chain(more)
             .find(|&&id| self.keys.get(id).is_some_and(|k| k.as_slice() == key))
@@ -506,10 +506,9 @@ impl KeyDictionary {
         self.long_len += 1;
     }
 
-    /// Unmaps `id`, a long key with these `bytes`.
-    fn unmap_long(&mut self, bytes: &[u8], id: u64) {
-        let std::collections::hash_map::Entry::Occupied(mut e) = self.long.entry(long_hash(bytes))
-        else {
+    /// Unmaps `id`, a long key whose [`long_hash`] is `hash`.
+    fn unmap_long(&mut self, hash: u64, id: u64) {
+        let std::collections::hash_map::Entry::Occupied(mut e) = self.long.entry(hash) else {
             return;
         };
         let (first, more) = e.get_mut();
@@ -530,12 +529,12 @@ impl KeyDictionary {
 
     /// The id of `key`, seen in a window ending at `end`.
     pub(super) fn intern(&mut self, key: &[u8], end: EventTime) -> u64 {
-        let short = packed(key);
-        let mid = short.is_none().then(|| packed_mid(key)).flatten();
-        let found = match (short, mid) {
-            (Some(p), _) => self.short.get(&p).copied(),
-            (None, Some(m)) => self.mid.get(&m).copied(),
-            (None, None) => self.long_id(key),
+        // (a long key is hashed once, for its lookup and, if new, its insertion)
+        let form = Form::of(key);
+        let found = match form {
+            Form::Short(p) => self.short.get(&p).copied(),
+            Form::Mid(m) => self.mid.get(&m).copied(),
+            Form::Long(hash) => self.long_id(hash, key),
         };
         let id = match found {
             Some(id) => {
@@ -556,15 +555,7 @@ impl KeyDictionary {
                 };
                 *self.keys.slot_mut(id) = Some(KeyBuf::new(key));
                 self.latest[id as usize] = EventTime::MIN;
-                match (short, mid) {
-                    (Some(p), _) => {
-                        self.short.insert(p, id);
-                    }
-                    (None, Some(m)) => {
-                        self.mid.insert(m, id);
-                    }
-                    (None, None) => self.map_long(long_hash(key), id),
-                }
+                self.map(form, id);
                 id
             }
         };
@@ -655,35 +646,37 @@ impl KeyDictionary {
             self.long_len = 0;
             for id in 0..self.keys.len {
                 if let Some(key) = self.keys.get(id) {
-                    let bytes = key.as_slice();
-                    match (packed(bytes), packed_mid(bytes)) {
-                        (Some(p), _) => {
-                            self.short.insert(p, id);
-                        }
-                        (None, Some(m)) => {
-                            self.mid.insert(m, id);
-                        }
-                        (None, None) => {
-                            let hash = long_hash(bytes);
-                            self.map_long(hash, id);
-                        }
-                    }
+                    let form = Form::of(key.as_slice());
+                    self.map(form, id);
                 }
             }
         }
         self.cached = 0;
     }
 
+    /// Maps a key not held, of this form, to `id`.
+    fn map(&mut self, form: Form, id: u64) {
+        match form {
+            Form::Short(p) => {
+                self.short.insert(p, id);
+            }
+            Form::Mid(m) => {
+                self.mid.insert(m, id);
+            }
+            Form::Long(hash) => self.map_long(hash, id),
+        }
+    }
+
     /// Removes `id`, whose key is `bytes`, from the map that holds it.
     fn unmap(&mut self, bytes: &[u8], id: u64) {
-        match (packed(bytes), packed_mid(bytes)) {
-            (Some(p), _) => {
+        match Form::of(bytes) {
+            Form::Short(p) => {
                 self.short.remove(&p);
             }
-            (None, Some(m)) => {
+            Form::Mid(m) => {
                 self.mid.remove(&m);
             }
-            (None, None) => self.unmap_long(bytes, id),
+            Form::Long(hash) => self.unmap_long(hash, id),
         }
     }
 
@@ -699,18 +692,44 @@ impl KeyDictionary {
     }
 }
 
+/// How a [`KeyDictionary`] finds a key: by its [`packed`] form (at most 15
+/// bytes), its [`packed_mid`] form (16 to 31), or its [`long_hash`].
+#[derive(Clone, Copy)]
+enum Form {
+    Short(u128),
+    Mid((u128, u128)),
+    Long(u64),
+}
+
+impl Form {
+    fn of(key: &[u8]) -> Form {
+        match packed(key) {
+            Some(p) => Form::Short(p),
+            None => match packed_mid(key) {
+                Some(m) => Form::Mid(m),
+                None => Form::Long(long_hash(key)),
+            },
+        }
+    }
+}
+
 /// A long key's hash in [`KeyDictionary`]'s map (which mixes it again).
 /// The unit tests keep 4 of its bits, so that long keys share hashes and
 /// every test of the dictionary goes through the keys found by comparing
 /// their bytes.
 fn long_hash(key: &[u8]) -> u64 {
+    match cfg!(test) {
+        true => bytes_hash(key) & 0xF,
+        false => bytes_hash(key),
+    }
+}
+
+/// A hash of a key's bytes.
+fn bytes_hash(key: &[u8]) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = rustc_hash::FxBuildHasher.build_hasher();
     h.write(key);
-    match cfg!(test) {
-        true => h.finish() & 0xF,
-        false => h.finish(),
-    }
+    h.finish()
 }
 
 /// A join's key ids, per window: rows meet only within their window, so an
@@ -750,10 +769,7 @@ impl KeyIds {
                 *next - 1
             });
         }
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = rustc_hash::FxBuildHasher.build_hasher();
-        h.write(key);
-        let hash = h.finish();
+        let hash = long_hash(key);
         let arena = &self.arena;
         let same = |k: &LongKey| arena.get(k.start..k.start + k.len) == Some(key);
         if let Some((first, more)) = self.long.get(&hash) {
@@ -827,12 +843,7 @@ pub(super) fn shard_of(packed_key: Option<u128>, bytes: &[u8], n: usize) -> usiz
     }
     let h = match packed_key {
         Some(p) => (p as u64 ^ (p >> 64) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-        None => {
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = rustc_hash::FxBuildHasher.build_hasher();
-            h.write(bytes);
-            h.finish().wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        }
+        None => bytes_hash(bytes).wrapping_mul(0x9E37_79B9_7F4A_7C15),
     };
     ((h >> 32) % n as u64) as usize
 }
