@@ -287,17 +287,36 @@ pub(super) fn encode_rows(
     Some(len)
 }
 
-/// Sort keys of at most two integer (or date, or timestamp) columns, one
-/// integer per column: the column's `arrow::row` bytes with `options`
-/// (validity byte, then the value's), read as a big-endian integer. Each
-/// column's encoding has a fixed width, so the pairs compare (as tuples) as
-/// the rows' bytes do. `None` for other keys.
+/// Whether [`order_keys`] takes sort keys of columns of these types.
+pub(super) fn order_keys_fit(types: &[&arrow::datatypes::DataType]) -> bool {
+    let total: Option<usize> = types.iter().map(|dt| encoded_width(dt)).sum();
+    !types.is_empty() && total.is_some_and(|t| t <= ENCODED_ROW)
+}
+
+/// Sort keys of integer (or date, or timestamp) columns that take at most
+/// [`ENCODED_ROW`] bytes, as pairs of integers that compare (as tuples) as
+/// the rows' `arrow::row` bytes with `options` do. Of one or two columns, an
+/// integer per column: the column's bytes (validity byte, then the value's)
+/// read as a big-endian integer; each column's encoding has a fixed width.
+/// Of more, the key's bytes (zero-padded, the same padding for every key)
+/// as two big-endian integers. `None` for other keys.
 pub(super) fn order_keys(
     cols: &[arrow::array::ArrayRef],
     options: &[arrow::compute::SortOptions],
 ) -> Option<Vec<(u128, u128)>> {
-    if cols.len() > 2 || options.len() != cols.len() {
+    const _: () = assert!(ENCODED_ROW == 32, "two integers hold a key");
+    if options.len() != cols.len() {
         return None;
+    }
+    if cols.len() > 2 {
+        let mut rows = vec![[0u8; ENCODED_ROW]; cols[0].len()];
+        encode_rows(cols, Some(options), &mut rows)?;
+        let half = |b: &[u8]| u128::from_be_bytes(b.try_into().expect("16 bytes"));
+        return Some(
+            rows.iter()
+                .map(|r| (half(&r[..16]), half(&r[16..])))
+                .collect(),
+        );
     }
     // one column's integer: the validity byte (or the null's sentinel) above the value
     let encoder = |c: &arrow::array::ArrayRef, o: &arrow::compute::SortOptions| {
@@ -1152,7 +1171,7 @@ mod tests {
                     .convert_columns(&cols)
                     .expect("rows");
                 let mut got = vec![[0u8; ENCODED_ROW]; want.num_rows()];
-                // one or two columns as integers: ordered as the bytes are
+                // as pairs of integers: ordered as the bytes are
                 if let Some(ints) = order_keys(&cols, &options) {
                     for i in 0..want.num_rows() {
                         for j in 0..want.num_rows() {
@@ -1164,8 +1183,10 @@ mod tests {
                         }
                     }
                 } else {
-                    assert!(cols.len() > 2, "{:?}", cols);
+                    assert!(len > ENCODED_ROW, "{:?}", cols);
                 }
+                let types: Vec<_> = cols.iter().map(|c| c.data_type()).collect();
+                assert_eq!(order_keys_fit(&types), len <= ENCODED_ROW, "{cols:?}");
                 match encode_rows(&cols, Some(&options), &mut got) {
                     Some(n) => {
                         assert_eq!(n, len);

@@ -24,15 +24,15 @@ use crate::plan::Prune;
 use crate::time::EventTime;
 use crate::window::{TimeWindows, Window};
 
-use super::keys::{encode_rows, encoded_width, order_keys, ENCODED_ROW};
+use super::keys::{encode_rows, order_keys, order_keys_fit, ENCODED_ROW};
 
 /// By (expiry, unit), then partition (its key bytes): the best order keys
 /// kept, best first (smaller is before).
 type Best<K> = BTreeMap<(EventTime, Window), FxHashMap<Box<[u8]>, Vec<K>>>;
 
-/// The order keys kept: of one or two integer columns, an integer per
-/// column (see [`order_keys`]), which compare as the bytes do; others, their
-/// `arrow::row` bytes.
+/// The order keys kept: of integer columns (one or two, or more that take
+/// at most 32 bytes), a pair of integers (see [`order_keys`]), which compare
+/// as the bytes do; others, their `arrow::row` bytes.
 enum Store {
     Ints(Best<(u128, u128)>),
     Bytes(Best<Box<[u8]>>),
@@ -123,9 +123,7 @@ impl Pruner {
             part_conv,
             order_conv,
             order_options: p.order.iter().map(|(_, _, o)| *o).collect(),
-            best: match (1..=2).contains(&p.order.len())
-                && p.order.iter().all(|(_, dt, _)| encoded_width(dt).is_some())
-            {
+            best: match order_keys_fit(&p.order.iter().map(|(_, dt, _)| dt).collect::<Vec<_>>()) {
                 true => Store::Ints(BTreeMap::new()),
                 false => Store::Bytes(BTreeMap::new()),
             },
