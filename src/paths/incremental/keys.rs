@@ -366,23 +366,30 @@ pub(super) fn fixed_rows(cols: &[arrow::array::ArrayRef]) -> Option<FixedRows> {
     Some(FixedRows { rows, len })
 }
 
-/// The longest key kept inline in a [`KeyBuf`]: every key [`packed`] or
-/// [`packed_mid`] takes.
+/// The longest key [`packed`] or [`packed_mid`] takes.
 const INLINE_KEY: usize = 31;
 
+/// The longest key kept inline in a [`KeyBuf`]: every key [`packed`] or
+/// [`packed_mid`] takes, and longer ones up to the size the boxed form
+/// takes anyway (a tag, the length and 38 bytes are 40 bytes, as a tag and
+/// a boxed slice are), such as four integer columns of 9 bytes each.
+const INLINE_BYTES: usize = 38;
+
+const _: () = assert!(INLINE_BYTES >= INLINE_KEY);
+
 /// A key's bytes as the dictionary keeps them: inline up to
-/// [`INLINE_KEY`] bytes (no allocation per key interned, and none freed
+/// [`INLINE_BYTES`] bytes (no allocation per key interned, and none freed
 /// when its id is reclaimed), longer ones boxed.
 #[derive(Clone, Debug)]
 enum KeyBuf {
-    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Inline { len: u8, bytes: [u8; INLINE_BYTES] },
     Boxed(Box<[u8]>),
 }
 
 impl KeyBuf {
     fn new(key: &[u8]) -> Self {
-        if key.len() <= INLINE_KEY {
-            let mut bytes = [0u8; INLINE_KEY];
+        if key.len() <= INLINE_BYTES {
+            let mut bytes = [0u8; INLINE_BYTES];
             bytes[..key.len()].copy_from_slice(key);
             KeyBuf::Inline {
                 len: key.len() as u8,
@@ -1230,6 +1237,19 @@ mod tests {
     }
 
     #[test]
+    fn a_key_kept_inline_takes_no_more_room_than_a_boxed_one() {
+        use std::mem::size_of;
+        // 40 bytes, as when only keys of 31 bytes were inline
+        assert!(size_of::<Option<KeyBuf>>() <= 40);
+        let room = |k: &KeyBuf| matches!(k, KeyBuf::Inline { .. });
+        assert!(room(&KeyBuf::new(&[7; INLINE_BYTES])));
+        assert!(!room(&KeyBuf::new(&[7; INLINE_BYTES + 1])));
+        for n in [0, 1, 31, INLINE_BYTES, INLINE_BYTES + 1, 100] {
+            assert_eq!(KeyBuf::new(&vec![n as u8; n]).as_slice(), vec![n as u8; n]);
+        }
+    }
+
+    #[test]
     fn a_key_keeps_its_id_until_its_last_window_closes() {
         let mut d = KeyDictionary::default();
         let a = d.intern(b"a", 10);
@@ -1348,8 +1368,9 @@ mod tests {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             // short keys and long ones (16 bytes and more do not pack), some sharing a prefix
-            let key =
-                vec![(x >> 60) as u8; [1, 11, 15, 16, 21, 31, 32, 40][((x >> 30) % 8) as usize]];
+            // (up to 38 bytes inline, longer boxed)
+            let lens = [1, 11, 15, 16, 21, 31, 32, 36, 38, 39, 40];
+            let key = vec![(x >> 60) as u8; lens[((x >> 30) % lens.len() as u64) as usize]];
             let end = w + 1 + ((x >> 40) % 50) as EventTime;
             let id = d.intern(&key, end);
             assert_eq!(d.bytes(id), key.as_slice());
