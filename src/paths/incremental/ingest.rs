@@ -356,14 +356,10 @@ fn assign_slots<'k>(
         let (unit, u, expires) = (run.unit, run.index, run.expires);
         let key = key_of(i);
         let fits_u32 = g.groups.len() < u32::MAX as usize;
-        let mut new_group = |key: u64| {
-            g.groups.push((unit, key));
-            if g.cols.len() < m {
-                g.cols = b.kinds.iter().map(|&k| Col::new(k)).collect();
-            }
-            g.cols.iter_mut().for_each(Col::push);
-            g.groups.len() - 1
-        };
+        // (the group tables and the groups are apart: a new group is made
+        // inside a table's entry)
+        let (groups, cols) = (&mut g.groups, &mut g.cols);
+        let mut new_group = |key: u64| new_group(groups, cols, b.kinds, m, unit, key);
         let id = |local| Keys::id(local, shard, b.shards);
         // a short key finds its group by its packed bytes: the dictionary is
         // asked once per group and trigger, not once per row
@@ -415,6 +411,24 @@ fn assign_slots<'k>(
         }
     }
     fed
+}
+
+/// A new group of `unit` and `key`, its states empty; its slot.
+#[inline(never)]
+fn new_group(
+    groups: &mut Vec<(Window, u64)>,
+    cols: &mut Vec<Col>,
+    kinds: &[AggKind],
+    m: usize,
+    unit: Window,
+    key: u64,
+) -> usize {
+    groups.push((unit, key));
+    if cols.len() < m {
+        *cols = kinds.iter().map(|&k| Col::new(k)).collect();
+    }
+    cols.iter_mut().for_each(Col::push);
+    groups.len() - 1
 }
 
 /// Folds one aggregate's argument column into its typed states, for the
