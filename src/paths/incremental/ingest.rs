@@ -334,7 +334,6 @@ fn assign_slots<'k>(
     rows: impl Iterator<Item = usize>,
     key_of: impl Fn(usize) -> Option<(Option<u128>, &'k [u8])>,
 ) -> Vec<(usize, usize)> {
-    let m = b.kinds.len();
     let mut fed: Vec<(usize, usize)> = Vec::with_capacity(rows.size_hint().0);
     let mut run: Option<Run> = None;
     for i in rows {
@@ -356,10 +355,9 @@ fn assign_slots<'k>(
         let (unit, u, expires) = (run.unit, run.index, run.expires);
         let key = key_of(i);
         let fits_u32 = g.groups.len() < u32::MAX as usize;
-        // (the group tables and the groups are apart: a new group is made
-        // inside a table's entry)
+        // (borrowing the groups apart from the tables whose entries make them)
         let (groups, cols) = (&mut g.groups, &mut g.cols);
-        let mut new_group = |key: u64| new_group(groups, cols, b.kinds, m, unit, key);
+        let mut new_group = |key: u64| push_group(groups, cols, b.kinds, unit, key);
         let id = |local| Keys::id(local, shard, b.shards);
         // a short key finds its group by its packed bytes: the dictionary is
         // asked once per group and trigger, not once per row
@@ -413,18 +411,20 @@ fn assign_slots<'k>(
     fed
 }
 
-/// A new group of `unit` and `key`, its states empty; its slot.
+/// A new group of `unit` and `key`, its states (one per aggregate of
+/// `kinds`) empty; its slot. Called once per group and trigger, not per row:
+/// kept out of line, so that the per-row loop of [`assign_slots`] does not
+/// carry it.
 #[inline(never)]
-fn new_group(
+fn push_group(
     groups: &mut Vec<(Window, u64)>,
     cols: &mut Vec<Col>,
     kinds: &[AggKind],
-    m: usize,
     unit: Window,
     key: u64,
 ) -> usize {
     groups.push((unit, key));
-    if cols.len() < m {
+    if cols.len() < kinds.len() {
         *cols = kinds.iter().map(|&k| Col::new(k)).collect();
     }
     cols.iter_mut().for_each(Col::push);
