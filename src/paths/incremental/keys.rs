@@ -739,9 +739,9 @@ impl Form {
     }
 }
 
-/// A long key's hash in [`KeyDictionary`]'s map (which mixes it again).
-/// The unit tests keep 4 of its bits, so that long keys share hashes and
-/// every test of the dictionary goes through the keys found by comparing
+/// A long key's hash in [`KeyDictionary`]'s map and [`KeyIds`]' (which mix
+/// it again). The unit tests keep 4 of its bits, so that long keys share
+/// hashes and every test of either goes through the keys found by comparing
 /// their bytes.
 fn long_hash(key: &[u8]) -> u64 {
     match cfg!(test) {
