@@ -22,8 +22,8 @@ use thund_dataflows::{AggKind, AggState, Panes, Value};
 
 use super::extremes::extremes_only;
 use super::keys::{
-    fixed_rows, packed, packed_columns, packed_mid, shard_of, unpacked, FixedRows, KeyDictionary,
-    Keys, MixMap, GLOBAL,
+    fixed_rows, packed, packed_columns, packed_mid, shard_of, FixedRows, KeyDictionary, Keys,
+    MixMap, GLOBAL,
 };
 use super::IncrementalView;
 use crate::error::{Error, Result};
@@ -88,6 +88,14 @@ pub(super) struct Groups {
     /// unit fits in the packed key's unused bytes: 24-byte entries instead of
     /// 48, so twice as many stay in cache.
     narrow_index: MixMap<(u64, u64), u32>,
+    /// The new groups of short keys whose ids are yet to be interned, in the
+    /// order they were made: their slots, and their packed keys with the end
+    /// of the last window each feeds (interned in one batch after the rows:
+    /// see [`KeyDictionary::intern_packed`]).
+    pending_slots: Vec<usize>,
+    pending_keys: Vec<(u128, EventTime)>,
+    /// Their ids, as the dictionary gives them.
+    pending_ids: Vec<u64>,
     /// Session windows, by group slot: its rows' first and last time, how
     /// many rows, how many WHERE let through.
     extent: Vec<[i64; 4]>,
@@ -103,6 +111,8 @@ impl Groups {
         self.short_index.clear();
         self.mid_index.clear();
         self.narrow_index.clear();
+        self.pending_slots.clear();
+        self.pending_keys.clear();
         self.extent.clear();
     }
 
@@ -360,12 +370,16 @@ fn assign_slots<'k>(
         let mut new_group = |key: u64| push_group(groups, cols, b.kinds, unit, key);
         let id = |local| Keys::id(local, shard, b.shards);
         // a short key finds its group by its packed bytes: the dictionary is
-        // asked once per group and trigger, not once per row
+        // asked once per group and trigger, not once per row, and after the
+        // rows, for all of them at once
         let slot = match key {
             Some((Some(p), _)) => {
+                let (slots, keys) = (&mut g.pending_slots, &mut g.pending_keys);
                 let mut new_short = || {
-                    let (bytes, len) = unpacked(p);
-                    new_group(id(dict.intern(&bytes[..len], expires)))
+                    let slot = new_group(PENDING);
+                    slots.push(slot);
+                    keys.push((p, expires));
+                    slot
                 };
                 // (past 2^32 groups, the wide table: a group found in neither
                 // table again is only split in two, which the dataflow sums)
@@ -408,8 +422,19 @@ fn assign_slots<'k>(
             fed.push((i, slot));
         }
     }
+    if !g.pending_keys.is_empty() {
+        dict.intern_packed(&g.pending_keys, &mut g.pending_ids);
+        for (&slot, &local) in g.pending_slots.iter().zip(&g.pending_ids) {
+            g.groups[slot].1 = Keys::id(local, shard, b.shards);
+        }
+        g.pending_slots.clear();
+        g.pending_keys.clear();
+    }
     fed
 }
+
+/// The key id of a new group until its key is interned (see [`Groups::pending_slots`]).
+const PENDING: u64 = u64::MAX;
 
 /// A new group of `unit` and `key`, its states (one per aggregate of
 /// `kinds`) empty; its slot. Called once per group and trigger, not per row:

@@ -491,6 +491,10 @@ pub(super) struct KeyDictionary {
 /// keys, or this many more.
 const CACHED_KEYS: usize = 1 << 16;
 
+/// No id: a key [`KeyDictionary::intern_packed`] did not find (ids count from 0,
+/// and a dictionary never holds `u64::MAX` of them).
+const ABSENT: u64 = u64::MAX;
+
 impl KeyDictionary {
     /// A dictionary that keeps up to [`CACHED_KEYS`] expired keys (see
     /// [`Self::reclaim`]).
@@ -562,35 +566,84 @@ impl KeyDictionary {
             Form::Mid(m) => self.mid.get(&m).copied(),
             Form::Long(hash) => self.long_id(hash, key),
         };
-        let id = match found {
-            Some(id) => {
-                // an expired key comes back
-                if self.latest[id as usize] <= self.through && self.cached > 0 {
-                    self.cached -= 1;
-                }
-                id
-            }
+        if let Some(id) = found {
+            self.seen_again(id, end);
+            return id;
+        }
+        let id = self.hold(key);
+        self.map(form, id);
+        self.seen_in(id, end);
+        id
+    }
+
+    /// An id for `key` (a key not held), not yet mapped, seen in no window.
+    fn hold(&mut self, key: &[u8]) -> u64 {
+        let id = match self.free.pop() {
+            Some(id) => id,
             None => {
-                let id = match self.free.pop() {
-                    Some(id) => id,
-                    None => {
-                        self.latest.push(EventTime::MIN);
-                        self.listed.push(false);
-                        self.keys.push()
-                    }
-                };
-                *self.keys.slot_mut(id) = Some(KeyBuf::new(key));
-                self.latest[id as usize] = EventTime::MIN;
-                self.map(form, id);
-                id
+                self.latest.push(EventTime::MIN);
+                self.listed.push(false);
+                self.keys.push()
             }
         };
+        *self.keys.slot_mut(id) = Some(KeyBuf::new(key));
+        self.latest[id as usize] = EventTime::MIN;
+        id
+    }
+
+    /// Keys of at most 15 bytes, in their [`packed`] form, each seen in a
+    /// window ending at its `end`: their ids in `ids`, in order. The same ids
+    /// and state as [`Self::intern`] called on each in turn, but every key is
+    /// looked up first, in one pass of lookups that do not wait on each
+    /// other: the table outgrows the cache (a stream's keys seen in the last
+    /// windows, kept ones included), and its misses then overlap instead of
+    /// each following the last.
+    pub(super) fn intern_packed(&mut self, keys: &[(u128, EventTime)], ids: &mut Vec<u64>) {
+        ids.clear();
+        ids.extend(
+            keys.iter()
+                .map(|(p, _)| self.short.get(p).map_or(ABSENT, |&id| id)),
+        );
+        for (&(p, end), id) in keys.iter().zip(ids.iter_mut()) {
+            if *id != ABSENT {
+                self.seen_again(*id, end);
+                continue;
+            }
+            // new, or made earlier in this batch
+            *id = match self.short.get(&p) {
+                Some(&found) => {
+                    self.seen_again(found, end);
+                    found
+                }
+                None => {
+                    let (bytes, len) = unpacked(p);
+                    let new = self.hold(&bytes[..len]);
+                    self.map(Form::Short(p), new);
+                    self.seen_in(new, end);
+                    new
+                }
+            };
+        }
+    }
+
+    /// A held key `id` seen again, in a window ending at `end`.
+    #[inline]
+    fn seen_again(&mut self, id: u64, end: EventTime) {
+        // an expired key comes back
+        if self.latest[id as usize] <= self.through && self.cached > 0 {
+            self.cached -= 1;
+        }
+        self.seen_in(id, end);
+    }
+
+    /// Key `id` seen in a window ending at `end`: its latest end, and when it expires.
+    #[inline]
+    fn seen_in(&mut self, id: u64, end: EventTime) {
         let latest = &mut self.latest[id as usize];
         if end > *latest {
             *latest = end;
             self.expiry.entry(end).or_default().push(id);
         }
-        id
     }
 
     /// The ids' bytes as they are now, for decoding on another thread while
@@ -1353,6 +1406,66 @@ mod tests {
             },
             "the ids are reused"
         );
+    }
+
+    /// Interning a batch of packed keys at once gives the ids and the state
+    /// (keys held, expired ones kept, ids freed and reused) that interning
+    /// them one by one gives, with keys repeated within a batch, coming back
+    /// after they expired or were freed, and long keys sharing the ids.
+    #[test]
+    fn interning_a_batch_equals_interning_each_key() {
+        let mut one = KeyDictionary {
+            cache: 4,
+            ..KeyDictionary::default()
+        };
+        let mut batched = KeyDictionary {
+            cache: 4,
+            ..KeyDictionary::default()
+        };
+        let (mut x, mut w): (u64, EventTime) = (5, 0);
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            x >> 33
+        };
+        let (mut batch, mut ids) = (Vec::new(), Vec::new());
+        for round in 0..400 {
+            batch.clear();
+            for _ in 0..next() % 12 {
+                // 1 to 15 bytes, from few keys, so that they repeat
+                let len = 1 + (next() % 15) as usize;
+                let key = vec![(next() % 6) as u8; len];
+                let end = w + 1 + (next() % 30) as EventTime;
+                batch.push((packed(&key).expect("short"), end));
+            }
+            let each: Vec<u64> = batch
+                .iter()
+                .map(|&(p, end)| {
+                    let (bytes, len) = unpacked(p);
+                    one.intern(&bytes[..len], end)
+                })
+                .collect();
+            batched.intern_packed(&batch, &mut ids);
+            assert_eq!(ids, each, "round {round}");
+            for &id in &ids {
+                assert_eq!(batched.bytes(id), one.bytes(id));
+            }
+            // a long key takes an id from the same free list
+            if round % 5 == 0 {
+                let long = vec![(next() % 3) as u8; 20 + (next() % 30) as usize];
+                let end = w + 1 + (next() % 30) as EventTime;
+                assert_eq!(batched.intern(&long, end), one.intern(&long, end));
+            }
+            if round % 3 == 0 {
+                w += (next() % 25) as EventTime;
+                one.reclaim(w);
+                batched.reclaim(w);
+                assert_eq!(batched.len(), one.len(), "live keys, round {round}");
+                assert_eq!(batched.held(), one.held(), "keys held, round {round}");
+                assert_eq!(batched.free, one.free, "free ids, round {round}");
+            }
+        }
     }
 
     #[test]
