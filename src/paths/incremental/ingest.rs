@@ -23,7 +23,7 @@ use thund_dataflows::{AggKind, AggState, Panes, Value};
 use super::extremes::extremes_only;
 use super::keys::{
     fixed_rows, packed, packed_columns, packed_mid, shard_of, FixedRows, KeyDictionary, Keys,
-    MixMap, GLOBAL,
+    MixMap, PackedKey, GLOBAL,
 };
 use super::IncrementalView;
 use crate::error::{Error, Result};
@@ -88,12 +88,10 @@ pub(super) struct Groups {
     /// unit fits in the packed key's unused bytes: 24-byte entries instead of
     /// 48, so twice as many stay in cache.
     narrow_index: MixMap<(u64, u64), u32>,
-    /// The new groups of short keys whose ids are yet to be interned, in the
-    /// order they were made: their slots, and their packed keys with the end
-    /// of the last window each feeds (interned in one batch after the rows:
-    /// see [`KeyDictionary::intern_packed`]).
-    pending_slots: Vec<usize>,
-    pending_keys: Vec<(u128, EventTime)>,
+    /// The new groups of keys of at most 15 bytes, and of 16 to 31, whose
+    /// ids are yet to be interned (in one batch after the rows).
+    pending_short: Pending<u128>,
+    pending_mid: Pending<(u128, u128)>,
     /// Their ids, as the dictionary gives them.
     pending_ids: Vec<u64>,
     /// Session windows, by group slot: its rows' first and last time, how
@@ -111,8 +109,8 @@ impl Groups {
         self.short_index.clear();
         self.mid_index.clear();
         self.narrow_index.clear();
-        self.pending_slots.clear();
-        self.pending_keys.clear();
+        self.pending_short.clear();
+        self.pending_mid.clear();
         self.extent.clear();
     }
 
@@ -120,6 +118,59 @@ impl Groups {
     /// trigger with very many groups are let go).
     fn reusable(&self) -> bool {
         self.groups.capacity() <= KEEP_GROUPS
+    }
+}
+
+/// New groups whose keys' ids are yet to be interned, in the order they
+/// were made: their slots, and their packed keys with the end of the last
+/// window each feeds. Interned in one batch after the rows (see
+/// [`KeyDictionary::intern_packed`]), so that the dictionary's cache misses
+/// overlap.
+struct Pending<K> {
+    slots: Vec<usize>,
+    keys: Vec<(K, EventTime)>,
+}
+
+impl<K> Default for Pending<K> {
+    fn default() -> Self {
+        Pending {
+            slots: Vec::new(),
+            keys: Vec::new(),
+        }
+    }
+}
+
+impl<K: PackedKey> Pending<K> {
+    fn clear(&mut self) {
+        self.slots.clear();
+        self.keys.clear();
+    }
+
+    /// A new group's `slot`, of key `key` whose last window ends at `end`.
+    #[inline]
+    fn push(&mut self, slot: usize, key: K, end: EventTime) -> usize {
+        self.slots.push(slot);
+        self.keys.push((key, end));
+        slot
+    }
+
+    /// Interns the keys in `dict` (shard `shard` of `shards`) and gives
+    /// their groups in `groups` their ids; empties itself.
+    fn resolve(
+        &mut self,
+        dict: &mut KeyDictionary,
+        groups: &mut [(Window, u64)],
+        ids: &mut Vec<u64>,
+        (shard, shards): (usize, usize),
+    ) {
+        if self.keys.is_empty() {
+            return;
+        }
+        dict.intern_packed(&self.keys, ids);
+        for (&slot, &local) in self.slots.iter().zip(ids.iter()) {
+            groups[slot].1 = Keys::id(local, shard, shards);
+        }
+        self.clear();
     }
 }
 
@@ -374,13 +425,8 @@ fn assign_slots<'k>(
         // rows, for all of them at once
         let slot = match key {
             Some((Some(p), _)) => {
-                let (slots, keys) = (&mut g.pending_slots, &mut g.pending_keys);
-                let mut new_short = || {
-                    let slot = new_group(PENDING);
-                    slots.push(slot);
-                    keys.push((p, expires));
-                    slot
-                };
+                let pending = &mut g.pending_short;
+                let mut new_short = || pending.push(new_group(PENDING), p, expires);
                 // (past 2^32 groups, the wide table: a group found in neither
                 // table again is only split in two, which the dataflow sums)
                 match narrow(p, u).filter(|_| fits_u32) {
@@ -397,7 +443,7 @@ fn assign_slots<'k>(
                 Some(m) => *g
                     .mid_index
                     .entry((u, m))
-                    .or_insert_with(|| new_group(id(dict.intern(bytes, expires)))),
+                    .or_insert_with(|| g.pending_mid.push(new_group(PENDING), m, expires)),
                 None => {
                     let key = id(dict.intern(bytes, expires));
                     *g.index.entry((u, key)).or_insert_with(|| new_group(key))
@@ -422,18 +468,13 @@ fn assign_slots<'k>(
             fed.push((i, slot));
         }
     }
-    if !g.pending_keys.is_empty() {
-        dict.intern_packed(&g.pending_keys, &mut g.pending_ids);
-        for (&slot, &local) in g.pending_slots.iter().zip(&g.pending_ids) {
-            g.groups[slot].1 = Keys::id(local, shard, b.shards);
-        }
-        g.pending_slots.clear();
-        g.pending_keys.clear();
-    }
+    let at = (shard, b.shards);
+    (g.pending_short).resolve(dict, &mut g.groups, &mut g.pending_ids, at);
+    (g.pending_mid).resolve(dict, &mut g.groups, &mut g.pending_ids, at);
     fed
 }
 
-/// The key id of a new group until its key is interned (see [`Groups::pending_slots`]).
+/// The key id of a new group until its key is interned (see [`Pending`]).
 const PENDING: u64 = u64::MAX;
 
 /// A new group of `unit` and `key`, its states (one per aggregate of

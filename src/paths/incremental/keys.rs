@@ -591,34 +591,35 @@ impl KeyDictionary {
         id
     }
 
-    /// Keys of at most 15 bytes, in their [`packed`] form, each seen in a
-    /// window ending at its `end`: their ids in `ids`, in order. The same ids
-    /// and state as [`Self::intern`] called on each in turn, but every key is
-    /// looked up first, in one pass of lookups that do not wait on each
-    /// other: the table outgrows the cache (a stream's keys seen in the last
-    /// windows, kept ones included), and its misses then overlap instead of
-    /// each following the last.
-    pub(super) fn intern_packed(&mut self, keys: &[(u128, EventTime)], ids: &mut Vec<u64>) {
+    /// Keys of at most 31 bytes, in their packed form ([`packed`] or
+    /// [`packed_mid`]), each seen in a window ending at its `end`: their ids
+    /// in `ids`, in order. The same ids and state as [`Self::intern`] called
+    /// on each in turn, but every key is looked up first, in one pass of
+    /// lookups that do not wait on each other: the table outgrows the cache
+    /// (a stream's keys seen in the last windows, kept ones included), and
+    /// its misses then overlap instead of each following the last.
+    pub(super) fn intern_packed<K: PackedKey>(
+        &mut self,
+        keys: &[(K, EventTime)],
+        ids: &mut Vec<u64>,
+    ) {
         ids.clear();
-        ids.extend(
-            keys.iter()
-                .map(|(p, _)| self.short.get(p).map_or(ABSENT, |&id| id)),
-        );
+        ids.extend(keys.iter().map(|&(p, _)| p.find(self).unwrap_or(ABSENT)));
         for (&(p, end), id) in keys.iter().zip(ids.iter_mut()) {
             if *id != ABSENT {
                 self.seen_again(*id, end);
                 continue;
             }
             // new, or made earlier in this batch
-            *id = match self.short.get(&p) {
-                Some(&found) => {
+            *id = match p.find(self) {
+                Some(found) => {
                     self.seen_again(found, end);
                     found
                 }
                 None => {
-                    let (bytes, len) = unpacked(p);
+                    let (bytes, len) = p.bytes();
                     let new = self.hold(&bytes[..len]);
-                    self.map(Form::Short(p), new);
+                    self.map(p.form(), new);
                     self.seen_in(new, end);
                     new
                 }
@@ -774,7 +775,7 @@ impl KeyDictionary {
 /// How a [`KeyDictionary`] finds a key: by its [`packed`] form (at most 15
 /// bytes), its [`packed_mid`] form (16 to 31), or its [`long_hash`].
 #[derive(Clone, Copy)]
-enum Form {
+pub(super) enum Form {
     Short(u128),
     Mid((u128, u128)),
     Long(u64),
@@ -789,6 +790,53 @@ impl Form {
                 None => Form::Long(long_hash(key)),
             },
         }
+    }
+}
+
+/// A key's packed form that [`KeyDictionary`] maps to its id directly: a
+/// [`packed`] key (at most 15 bytes) or a [`packed_mid`] one (16 to 31).
+pub(super) trait PackedKey: Copy {
+    /// Its id, if the dictionary holds it.
+    fn find(self, d: &KeyDictionary) -> Option<u64>;
+    fn form(self) -> Form;
+    /// Its bytes (the first `len` of the array).
+    fn bytes(self) -> ([u8; 32], usize);
+}
+
+impl PackedKey for u128 {
+    #[inline]
+    fn find(self, d: &KeyDictionary) -> Option<u64> {
+        d.short.get(&self).copied()
+    }
+
+    fn form(self) -> Form {
+        Form::Short(self)
+    }
+
+    fn bytes(self) -> ([u8; 32], usize) {
+        let (b, len) = unpacked(self);
+        let mut out = [0u8; 32];
+        out[..16].copy_from_slice(&b);
+        (out, len)
+    }
+}
+
+impl PackedKey for (u128, u128) {
+    #[inline]
+    fn find(self, d: &KeyDictionary) -> Option<u64> {
+        d.mid.get(&self).copied()
+    }
+
+    fn form(self) -> Form {
+        Form::Mid(self)
+    }
+
+    fn bytes(self) -> ([u8; 32], usize) {
+        let (tail, len) = unpacked(self.1);
+        let mut out = [0u8; 32];
+        out[..16].copy_from_slice(&self.0.to_le_bytes());
+        out[16..].copy_from_slice(&tail);
+        (out, 16 + len)
     }
 }
 
@@ -1408,10 +1456,11 @@ mod tests {
         );
     }
 
-    /// Interning a batch of packed keys at once gives the ids and the state
-    /// (keys held, expired ones kept, ids freed and reused) that interning
-    /// them one by one gives, with keys repeated within a batch, coming back
-    /// after they expired or were freed, and long keys sharing the ids.
+    /// Interning a batch of packed keys at once (short ones, then ones of 16
+    /// to 31 bytes) gives the ids and the state (keys held, expired ones
+    /// kept, ids freed and reused) that interning their bytes one by one
+    /// gives, with keys repeated within a batch, coming back after they
+    /// expired or were freed, and long keys sharing the ids.
     #[test]
     fn interning_a_batch_equals_interning_each_key() {
         let mut one = KeyDictionary {
@@ -1429,26 +1478,38 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             x >> 33
         };
-        let (mut batch, mut ids) = (Vec::new(), Vec::new());
+        let (mut short, mut mid, mut ids) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..400 {
-            batch.clear();
+            let (mut short_keys, mut mid_keys) = (Vec::new(), Vec::new());
+            short.clear();
+            mid.clear();
             for _ in 0..next() % 12 {
-                // 1 to 15 bytes, from few keys, so that they repeat
-                let len = 1 + (next() % 15) as usize;
+                // 1 to 31 bytes, from few keys, so that they repeat
+                let len = 1 + (next() % 31) as usize;
                 let key = vec![(next() % 6) as u8; len];
                 let end = w + 1 + (next() % 30) as EventTime;
-                batch.push((packed(&key).expect("short"), end));
+                match packed(&key) {
+                    Some(p) => {
+                        short.push((p, end));
+                        short_keys.push(key);
+                    }
+                    None => {
+                        mid.push((packed_mid(&key).expect("mid"), end));
+                        mid_keys.push(key);
+                    }
+                }
             }
-            let each: Vec<u64> = batch
-                .iter()
-                .map(|&(p, end)| {
-                    let (bytes, len) = unpacked(p);
-                    one.intern(&bytes[..len], end)
-                })
+            // one by one: the short keys, then the others, as a batch of each
+            let each: Vec<u64> = (short_keys.iter().zip(&short).map(|(k, &(_, end))| (k, end)))
+                .chain(mid_keys.iter().zip(&mid).map(|(k, &(_, end))| (k, end)))
+                .map(|(key, end)| one.intern(key, end))
                 .collect();
-            batched.intern_packed(&batch, &mut ids);
-            assert_eq!(ids, each, "round {round}");
-            for &id in &ids {
+            batched.intern_packed(&short, &mut ids);
+            let mut got = ids.clone();
+            batched.intern_packed(&mid, &mut ids);
+            got.extend(&ids);
+            assert_eq!(got, each, "round {round}");
+            for &id in &got {
                 assert_eq!(batched.bytes(id), one.bytes(id));
             }
             // a long key takes an id from the same free list
