@@ -271,8 +271,12 @@ fn text_of(stmt: &Stmt<'_>, ts: &[TokenWithSpan]) -> String {
 
 /// A duration option or interval text (`'30s'`, `'4' SECOND` is handled by the watermark).
 fn duration(stmt: &Stmt<'_>, at: Location, what: &str, v: &str) -> Result<Duration> {
-    humantime::parse_duration(v.trim())
-        .map_err(|e| err(stmt, at, format!("{what} `{v}` is not a duration ({e})")))
+    super::duration::parse(v).map_err(|b| match b {
+        super::duration::Bad::Parse(e) => {
+            err(stmt, at, format!("{what} `{v}` is not a duration ({e})"))
+        }
+        b => err(stmt, at, format!("{what} `{v}`: {b}")),
+    })
 }
 
 /// `WATERMARK FOR col AS col [- INTERVAL '…' UNIT]`: the column and the lateness.

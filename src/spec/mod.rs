@@ -413,6 +413,7 @@ impl ViewSpecBuilder {
 }
 
 pub mod ddl;
+mod duration;
 mod schema;
 mod toml_form;
 pub(crate) mod window_sql;

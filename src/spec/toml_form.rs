@@ -67,10 +67,14 @@ struct RawWindow {
 }
 
 fn duration(view: &str, field: &str, text: &str) -> Result<Duration> {
-    humantime::parse_duration(text.trim()).map_err(|e| {
+    super::duration::parse(text).map_err(|b| {
+        let why = match b {
+            super::duration::Bad::Parse(e) => format!("is not a duration ({e})"),
+            b => format!("is refused: {b}"),
+        };
         Error::spec(
             view,
-            format!("{field} = {text:?} is not a duration ({e}); write e.g. \"10s\", \"500ms\""),
+            format!("{field} = {text:?} {why}; write e.g. \"10s\", \"500ms\""),
         )
     })
 }

@@ -318,18 +318,34 @@ pub(super) fn interval_value(e: &Expr) -> std::result::Result<Duration, String> 
         Some(DateTimeField::Hour | DateTimeField::Hours) => "h",
         Some(DateTimeField::Day | DateTimeField::Days) => "d",
         Some(DateTimeField::Week(_) | DateTimeField::Weeks) => "w",
+        Some(
+            DateTimeField::Microsecond
+            | DateTimeField::Microseconds
+            | DateTimeField::Nanosecond
+            | DateTimeField::Nanoseconds,
+        ) => {
+            return Err(bad(&format!(
+                "`{e}`: event times are whole milliseconds, and windows too"
+            )))
+        }
         Some(other) => {
             return Err(bad(&format!(
                 "`{e}`: {other} is not a fixed duration (months and years vary in length)"
             )))
         }
     };
-    // humantime's units, and SQL's spelling of milliseconds
-    let text = format!("{}{unit}", text.trim())
-        .replace("milliseconds", "ms")
-        .replace("millisecond", "ms");
-    let d = humantime::parse_duration(&text)
-        .map_err(|err| format!("`{e}` is not a duration ({err})"))?;
+    // with a unit after the quotes, the quotes hold a number alone
+    let text = text.trim();
+    if !unit.is_empty() && text.contains(|c: char| c.is_alphabetic()) {
+        return Err(bad(&format!(
+            "`{e}`: with a unit after the quotes, give only a number in them \
+             (INTERVAL '10' SECOND, or INTERVAL '10 seconds')"
+        )));
+    }
+    let d = super::duration::parse(&format!("{text}{unit}")).map_err(|b| match b {
+        super::duration::Bad::Parse(err) => format!("`{e}` is not a duration ({err})"),
+        b => format!("`{e}`: {b}"),
+    })?;
     if d.is_zero() || d.subsec_nanos() % 1_000_000 != 0 {
         return Err(bad(&format!(
             "`{e}` must be a positive whole number of milliseconds"

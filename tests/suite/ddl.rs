@@ -176,6 +176,11 @@ fn malformed_ddl_names_the_statement_and_the_token() {
             &["the watermark's interval", "not a fixed duration"],
         ),
         (
+            "CREATE SOURCE bids (ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (idle_timeout = '1 month');",
+            (1, 65),
+            &["idle_timeout `1 month`", "not a fixed duration"],
+        ),
+        (
             "CREATE SOURCE bids (ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (idle = '1s');",
             (1, 65),
             &["unknown source option `idle`", "idle_timeout"],

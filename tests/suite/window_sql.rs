@@ -367,6 +367,32 @@ fn malformed_window_calls_name_the_call_and_its_position() {
             None,
             &["not a fixed duration"],
         ),
+        // months and years, however spelled, are no fixed duration
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1 month')",
+            None,
+            &["`month` is not a fixed duration", "line 1, column 50"],
+        ),
+        (
+            "SELECT k, COUNT(*) AS c FROM t GROUP BY k, date_bin(INTERVAL '2 YEARS', ts)",
+            None,
+            &["`YEARS` is not a fixed duration", "date_bin"],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM SESSION(t, ts, INTERVAL '1M')",
+            None,
+            &["minutes or months", "`min`"],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1 month' SECOND)",
+            None,
+            &["give only a number"],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1' MICROSECOND)",
+            None,
+            &["whole milliseconds"],
+        ),
         (
             "SELECT COUNT(*) AS c FROM HOP(t, ts, INTERVAL '10' SECOND, INTERVAL '2' SECOND)",
             None,
@@ -440,4 +466,57 @@ fn only_a_call_declares_a_window() {
     );
     let msg = refused("SELECT COUNT(*) AS c FROM t", None);
     assert!(msg.contains("needs a window"), "{msg}");
+}
+
+/// An interval's units are read in any letter case, with SQL's names of the
+/// units below a second, and give the window a spec of the same duration
+/// gives; in TOML too. Months and years are refused in every form.
+#[test]
+fn interval_units_read_in_any_case_equal_the_spec() {
+    let mut spec = engine_with(
+        "SELECT k, COUNT(*) AS c FROM t GROUP BY k",
+        Some(WindowSpec::tumbling(Duration::from_secs(2))),
+    );
+    let want = canon(&run_rows(&mut spec, "v"));
+    assert!(want.len() > 3, "several windows close: {want:?}");
+    for interval in [
+        "INTERVAL '2' SECOND",
+        "INTERVAL '2' SECONDS",
+        "INTERVAL '2 SECONDS'",
+        "INTERVAL '2 Seconds'",
+        "INTERVAL '2000 MILLISECONDS'",
+        "INTERVAL '2s'",
+    ] {
+        let mut e = engine_with(
+            &format!(
+                "SELECT window_start, window_end, k, COUNT(*) AS c \
+                 FROM TUMBLE(t, ts, {interval}) GROUP BY k, window_start, window_end"
+            ),
+            None,
+        );
+        assert_eq!(canon(&run_rows(&mut e, "v")), want, "{interval}");
+    }
+    let toml = |size: &str| {
+        format!(
+            "name = \"v\"\nsql = \"SELECT k, COUNT(*) AS c FROM t GROUP BY k\"\n\
+             [[source]]\nname = \"t\"\nevent_time = \"ts\"\n\
+             schema = \"k BIGINT, ts TIMESTAMP\"\n\
+             [window]\nkind = \"tumbling\"\nsize = \"{size}\"\n"
+        )
+    };
+    let read = ViewSpec::from_toml(&toml("2 SECONDS")).expect("toml");
+    let written = ViewSpec::from_toml(&toml("2s")).expect("toml");
+    assert_eq!(
+        format!("{:?}", read.window),
+        format!("{:?}", written.window)
+    );
+    for size in ["1month", "1 YEAR", "1y", "1M"] {
+        let msg = ViewSpec::from_toml(&toml(size))
+            .map(|_| "accepted".to_string())
+            .unwrap_or_else(|e| e.to_string());
+        assert!(
+            msg.contains("size") && msg.contains("refused") && msg.contains("month"),
+            "{size}: {msg}"
+        );
+    }
 }
