@@ -122,6 +122,47 @@ impl Panes {
         sat(self.last_start(pane.start) + i128::from(self.size))
     }
 
+    /// The ends of the windows holding the pane that starts at `pane_start`
+    /// which end after `after` and at or before `through` (each one if
+    /// `through` is `EventTime::MAX`, where ends saturate): the first and the
+    /// last, `slide` apart, unsaturated ([`Self::window_ending`] gives each
+    /// window); `None` if there is none. Those [`Self::windows_of`] gives,
+    /// found without listing the others.
+    pub(crate) fn ends_between(
+        &self,
+        pane_start: EventTime,
+        after: EventTime,
+        through: EventTime,
+    ) -> Option<(i128, i128)> {
+        // (a window's end saturates: none ends after `EventTime::MAX`)
+        if after == EventTime::MAX {
+            return None;
+        }
+        let (size, slide) = (i128::from(self.size), i128::from(self.slide));
+        let last = self.last_start(pane_start) + size;
+        let hi = match through {
+            EventTime::MAX => last,
+            t => last.min(i128::from(t)),
+        };
+        // the ends one grid apart below `last`, after the pane's start and `after`
+        let floor = i128::from(pane_start).max(i128::from(after));
+        if last <= floor {
+            return None;
+        }
+        let lo = last - (last - floor - 1).div_euclid(slide) * slide;
+        (lo <= hi).then_some((lo, hi))
+    }
+
+    /// The window that ends at `end` (saturating at the ends of `i64`).
+    pub(crate) fn window_ending(&self, end: i128) -> Window {
+        Window::new(sat(end - i128::from(self.size)), sat(end))
+    }
+
+    /// The distance between two windows' starts.
+    pub(crate) fn slide(&self) -> EventTime {
+        self.slide
+    }
+
     /// Every window holding `pane`, by start.
     pub fn windows_of(&self, pane: Window) -> impl Iterator<Item = Window> + '_ {
         let last = self.last_start(pane.start);
@@ -148,4 +189,55 @@ fn sat(x: i128) -> EventTime {
     } else {
         EventTime::MAX
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A time near zero or near either end of `i64`.
+    fn time() -> impl Strategy<Value = EventTime> {
+        prop_oneof![
+            -1_000i64..1_000,
+            (0i64..1_000).prop_map(|d| EventTime::MIN + d),
+            (0i64..1_000).prop_map(|d| EventTime::MAX - d),
+            Just(EventTime::MIN),
+            Just(EventTime::MAX),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The windows `ends_between` finds for a pane are those of `windows_of`
+        /// that end after `after` and at or before `through`, saturated alike.
+        #[test]
+        fn ends_between_finds_what_windows_of_lists(
+            size in 1i64..40,
+            slide in 1i64..8,
+            offset in -100i64..100,
+            t in time(),
+            after in time(),
+            through in time(),
+        ) {
+            let Some(p) = Panes::new(size.max(slide), slide, offset) else {
+                return Ok(());
+            };
+            let pane = p.pane_of(t);
+            let mut want: Vec<Window> = p
+                .windows_of(pane)
+                .filter(|w| w.end > after && w.end <= through)
+                .collect();
+            want.dedup();
+            let mut got: Vec<Window> = Vec::new();
+            if let Some((lo, hi)) = p.ends_between(pane.start, after, through) {
+                let mut end = lo;
+                while end <= hi {
+                    got.push(p.window_ending(end));
+                    end += i128::from(p.slide());
+                }
+            }
+            got.dedup();
+            prop_assert_eq!(got, want);
+        }
+    }
 }

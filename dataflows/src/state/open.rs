@@ -226,18 +226,21 @@ impl OpenWindows {
     /// The states of window `w` by key, folded from its held panes.
     fn assemble(&mut self, p: Panes, w: Window) -> HashMap<Key, Group> {
         let mut out: HashMap<Key, Group> = HashMap::default();
-        let mut start = p.pane_of(w.start);
-        while start.start < w.end {
-            let ends = (p.expiry(start), start.start);
-            if let Some(groups) = self.panes_by_expiry.get(&ends) {
-                for (&key, g) in groups {
-                    merge_group(&self.kinds, &mut out, key, g, w, &mut self.error);
-                }
+        // the held panes starting in `w`, in order: a pane's expiry grows with its
+        // start, so they are one range of the table (looked up pane by pane, the
+        // empty ones cost as much as the held ones: size / width per window)
+        let first = (p.expiry(p.pane_of(w.start)), w.start);
+        let last = (p.expiry(p.pane_of(w.end - 1)), w.end - 1);
+        if first > last {
+            return out;
+        }
+        for (&(_, start), groups) in self.panes_by_expiry.range(first..=last) {
+            if !w.contains(start) {
+                continue;
             }
-            if start.end <= start.start || start.end == EventTime::MAX {
-                break;
+            for (&key, g) in groups {
+                merge_group(&self.kinds, &mut out, key, g, w, &mut self.error);
             }
-            start = p.pane_of(start.end);
         }
         out
     }
@@ -287,14 +290,28 @@ impl OpenWindows {
         let own = self.track && !self.kinds.contains(&AggKind::SumFloat);
         if let Some(p) = self.panes.filter(|_| !own) {
             closed_groups = BTreeMap::new();
+            // each held pane's closing windows as a range of their ends (all on one
+            // grid), merged: each window closing listed once, and none that holds no
+            // pane (a pane is in size / slide windows: listing them all per pane
+            // made a step cost the panes times that)
+            let mut ranges: Vec<(i128, i128)> = self
+                .panes_by_expiry
+                .keys()
+                .filter_map(|&(_, start)| p.ends_between(start, self.closed_through, frontier))
+                .collect();
+            ranges.sort_unstable();
+            let slide = i128::from(p.slide());
             let mut closing: Vec<Window> = Vec::new();
-            for &(_, start) in self.panes_by_expiry.keys() {
-                closing.extend(
-                    p.windows_of(p.pane_of(start))
-                        .filter(|w| w.end <= frontier && w.end > self.closed_through),
-                );
+            let mut next = i128::MIN;
+            for (lo, hi) in ranges {
+                let mut end = lo.max(next);
+                while end <= hi {
+                    closing.push(p.window_ending(end));
+                    end += slide;
+                }
+                next = next.max(end);
             }
-            closing.sort_unstable_by_key(|w| (w.end, w.start));
+            // (ends past the ends of `i64` saturate to one window)
             closing.dedup();
             for w in closing {
                 let groups = self.assemble(p, w);
