@@ -31,7 +31,7 @@ use arrow::datatypes::{Field, Schema};
 use datafusion::sql::sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, TableFactor};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
-use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer, Word};
 
 use crate::error::{Error, Result};
 use crate::spec::{ExecMode, OutputMode, Retention, SourceSpec, ViewSpec, WatermarkSpec};
@@ -269,6 +269,17 @@ fn text_of(stmt: &Stmt<'_>, ts: &[TokenWithSpan]) -> String {
     }
 }
 
+/// A column's name as the view's SQL (DataFusion, like PostgreSQL) reads an
+/// identifier: as written in double quotes, else in lower case — so
+/// `CREATE SOURCE s (Auction BIGINT, …)` declares `auction`, which
+/// `SELECT Auction` finds, and `"Auction"` declares `Auction`.
+fn ident(w: &Word) -> String {
+    match w.quote_style {
+        Some(_) => w.value.clone(),
+        None => w.value.to_lowercase(),
+    }
+}
+
 /// A duration option or interval text (`'30s'`, `'4' SECOND` is handled by the watermark).
 fn duration(stmt: &Stmt<'_>, at: Location, what: &str, v: &str) -> Result<Duration> {
     super::duration::parse(v).map_err(|b| match b {
@@ -294,15 +305,19 @@ fn watermark(stmt: &Stmt<'_>, part: &[TokenWithSpan]) -> Result<(String, Duratio
         Some(Token::Word(w)) => Some(w.value.clone()),
         _ => None,
     };
+    let column = |i: usize| match words.get(i).map(|t| &t.token) {
+        Some(Token::Word(w)) => Some(ident(w)),
+        _ => None,
+    };
     if !word(1).is_some_and(|w| w.eq_ignore_ascii_case("FOR")) {
         return Err(bad(1, "`FOR` missing"));
     }
-    let col = word(2).ok_or_else(|| bad(2, "the event-time column is missing"))?;
+    let col = column(2).ok_or_else(|| bad(2, "the event-time column is missing"))?;
     if !word(3).is_some_and(|w| w.eq_ignore_ascii_case("AS")) {
         return Err(bad(3, "`AS` missing"));
     }
-    let again = word(4).ok_or_else(|| bad(4, "the column is missing after AS"))?;
-    if !again.eq_ignore_ascii_case(&col) {
+    let again = column(4).ok_or_else(|| bad(4, "the column is missing after AS"))?;
+    if again != col {
         return Err(bad(
             4,
             &format!("the watermark of `{col}` must be `{col}` or `{col} - INTERVAL …`, not of `{again}`"),
@@ -354,38 +369,45 @@ fn source(c: &mut Cursor<'_, '_>, name: String) -> Result<(SourceSpec, Watermark
             wm = Some((col, d, first.span.start));
             continue;
         }
-        let mut text = text_of(stmt, part);
-        let mut nullable = true;
-        let upper = text.to_ascii_uppercase();
-        if let Some(stripped) = upper.trim_end().strip_suffix("NOT NULL") {
-            text.truncate(stripped.trim_end().len());
-            nullable = false;
-        }
-        let schema = super::schema::parse_schema(&text)
-            .map_err(|m| err(stmt, first.span.start, format!("column `{text}`: {m}")))?;
-        for f in schema.fields() {
-            if fields
-                .iter()
-                .any(|g| g.name().eq_ignore_ascii_case(f.name()))
-            {
+        let text = text_of(stmt, part);
+        // the name, read as the view's SQL reads it (see `ident`), then its type
+        let name = match &first.token {
+            Token::Word(w) => ident(w),
+            _ => {
                 return Err(err(
                     stmt,
                     first.span.start,
-                    format!("column `{}` is declared twice", f.name()),
-                ));
+                    format!("column `{text}`: expected a column name first"),
+                ))
             }
-            fields.push(f.as_ref().clone().with_nullable(nullable));
+        };
+        let mut ty = text_of(stmt, &part[1..]);
+        let mut nullable = true;
+        let upper = ty.to_ascii_uppercase();
+        if let Some(stripped) = upper.trim_end().strip_suffix("NOT NULL") {
+            ty.truncate(stripped.trim_end().len());
+            nullable = false;
         }
+        let dt = match ty.trim() {
+            "" => Err("its type is missing".to_string()),
+            ty => super::schema::parse_type(ty),
+        }
+        .map_err(|m| err(stmt, first.span.start, format!("column `{text}`: {m}")))?;
+        if fields.iter().any(|g| g.name() == &name) {
+            return Err(err(
+                stmt,
+                first.span.start,
+                format!("column `{name}` is declared twice"),
+            ));
+        }
+        fields.push(Field::new(name, dt, nullable));
     }
     let Some((event_time, lateness, at)) = wm else {
         return c.fail(format!(
             "source `{name}` declares no event time: add `WATERMARK FOR column AS column - INTERVAL …` to its columns"
         ));
     };
-    if !fields
-        .iter()
-        .any(|f| f.name().eq_ignore_ascii_case(&event_time))
-    {
+    if !fields.iter().any(|f| f.name() == &event_time) {
         return Err(err(
             stmt,
             at,
