@@ -403,10 +403,30 @@ impl Rewriter<'_> {
             Expr::Nested(inner) => inner.as_ref(),
             other => other,
         };
-        if is_date_bin(e).is_some() {
-            return Some(Bound::Start);
+        if let Some(f) = is_date_bin(e) {
+            return self.is_declared_bin(f).then_some(Bound::Start);
         }
         ident_of(e).and_then(|n| self.names.get(&n.to_ascii_lowercase()).copied())
+    }
+
+    /// Whether the `date_bin` call `f` is a tumbling window the query
+    /// declares (its size, over its time column): only then is it that
+    /// window's start. Any other is an expression of the row.
+    fn is_declared_bin(&self, f: &Function) -> bool {
+        let Ok(args) = call_args(self.view, f, "date_bin") else {
+            return false;
+        };
+        let (Some(size), Some(time)) = (
+            args.first().and_then(|a| interval_value(a).ok()),
+            args.get(1).and_then(|a| ident_of(a)),
+        ) else {
+            return false;
+        };
+        args.len() == 2
+            && self.declared.iter().any(|d| {
+                d.time.eq_ignore_ascii_case(&time)
+                    && matches!(d.kind, WindowKind::Tumbling { size: s } if s == size)
+            })
     }
 
     /// Bounds are constants within a window: any use but those the module
@@ -690,6 +710,7 @@ impl Rewriter<'_> {
         }
         // GROUP BY first: a date_bin there declares the window
         let mut keys: Vec<String> = Vec::new();
+        let mut computed: Option<String> = None;
         if let GroupByExpr::Expressions(exprs, _) = &mut s.group_by {
             let mut kept = Vec::new();
             for e in exprs.drain(..) {
@@ -702,6 +723,9 @@ impl Rewriter<'_> {
                     continue;
                 }
                 self.no_bound_in(&e, "GROUP BY")?;
+                if ident_of(&e).is_none() && computed.is_none() {
+                    computed = Some(format!("`{e}` ({})", position(&e)));
+                }
                 keys.push(ident_of(&e).unwrap_or_else(|| e.to_string()));
                 kept.push(e);
             }
@@ -709,7 +733,19 @@ impl Rewriter<'_> {
         }
         // a session's key: the other GROUP BY columns
         for &i in &here {
-            if let WindowKind::Session { key, .. } = &mut self.declared[i].kind {
+            let d = &mut self.declared[i];
+            if let WindowKind::Session { key, .. } = &mut d.kind {
+                if let Some(e) = &computed {
+                    return Err(Error::spec(
+                        self.view,
+                        format!(
+                            "`{}` ({}): a session's key is the query's other GROUP BY \
+                             columns, and {e} is not a column: compute it in a subquery \
+                             and group by its name",
+                            d.text, d.at
+                        ),
+                    ));
+                }
                 *key = keys.clone();
             }
         }
@@ -750,6 +786,22 @@ impl Rewriter<'_> {
                     continue;
                 }
             };
+            if let Some(f) = is_date_bin(e).filter(|f| !self.is_declared_bin(f)) {
+                let declared: Vec<String> = self
+                    .declared
+                    .iter()
+                    .map(|d| format!("`{}` ({})", d.text, d.at))
+                    .collect();
+                return Err(self.err(format!(
+                    "`{f}` ({}) in the select list is not the window the query declares \
+                     ({}): select that window's date_bin, or window_start",
+                    position(f),
+                    match declared.is_empty() {
+                        true => "none: group by a date_bin to declare one".to_string(),
+                        false => declared.join(", "),
+                    }
+                )));
+            }
             if let Some(b) = self.bound(e) {
                 let shown = match (&alias, ident_of(e)) {
                     (Some(a), _) => a.clone(),

@@ -367,6 +367,27 @@ fn malformed_window_calls_name_the_call_and_its_position() {
             None,
             &["not a fixed duration"],
         ),
+        // a date_bin selected is the declared window's start only if it is that window
+        (
+            "SELECT k, date_bin(INTERVAL '2 seconds', ts) AS w, COUNT(*) AS c FROM t \
+             GROUP BY k, date_bin(INTERVAL '1 second', ts)",
+            None,
+            &[
+                "`date_bin(INTERVAL '2 seconds', ts)` (line 1, column 11)",
+                "not the window the query declares",
+                "date_bin(INTERVAL '1 second', ts)",
+            ],
+        ),
+        (
+            "SELECT k % 3 AS b, COUNT(*) AS c FROM SESSION(t, ts, INTERVAL '1' SECOND) \
+             GROUP BY k % 3, window_start, window_end",
+            None,
+            &[
+                "a session's key",
+                "`k % 3` (line 1, column ",
+                "not a column",
+            ],
+        ),
         // months and years, however spelled, are no fixed duration
         (
             "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1 month')",
