@@ -86,8 +86,16 @@ fn args() -> Args {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
-        let count = |v: String| -> usize { v.parse().unwrap_or_else(|e| panic!("{v}: {e}")) };
+        let mut value = || {
+            it.next()
+                .unwrap_or_else(|| fail(&format!("{flag} needs a value")))
+        };
+        let count = |v: String| -> usize {
+            match v.parse() {
+                Ok(0) | Err(_) => fail(&format!("{flag} {v}: expected a positive number")),
+                Ok(n) => n,
+            }
+        };
         match flag.as_str() {
             "--bench" => {}
             "--help" | "-h" => {
@@ -100,27 +108,43 @@ fn args() -> Args {
                     "incremental" => vec![ExecMode::Auto],
                     "recompute" => vec![ExecMode::Recompute],
                     "both" => vec![ExecMode::Auto, ExecMode::Recompute],
-                    other => panic!("--path {other}: incremental, recompute or both"),
+                    other => fail(&format!("--path {other}: incremental, recompute or both")),
                 }
             }
             "--workers" => a.workers = value().split(',').map(|w| count(w.to_string())).collect(),
             "--events" => a.events = count(value()),
-            "--rows-per-trigger" => a.per = count(value()).max(1),
-            "--check-events" => a.check = count(value()),
+            "--rows-per-trigger" => a.per = count(value()),
+            "--check-events" => {
+                let v = value();
+                a.check = v
+                    .parse()
+                    .unwrap_or_else(|_| fail(&format!("--check-events {v}: expected a number")))
+            }
             "--output" => {
                 a.output = match value().as_str() {
                     "append" => thund::OutputMode::Append,
                     "update" => thund::OutputMode::Update,
-                    other => panic!("--output {other}: append or update"),
+                    other => fail(&format!("--output {other}: append or update")),
                 }
             }
-            other => {
-                eprintln!("unknown flag {other}\n{USAGE}");
-                std::process::exit(2);
-            }
+            other => fail(&format!("unknown flag {other}")),
+        }
+    }
+    for q in &a.queries {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("benches/nexmark")
+            .join(format!("{q}.sql"));
+        if !file.is_file() {
+            fail(&format!("--query {q}: no {}", file.display()));
         }
     }
     a
+}
+
+/// A bad command line: what is wrong, the usage, exit status 2.
+fn fail(what: &str) -> ! {
+    eprintln!("nexmark: {what}\n{USAGE}");
+    std::process::exit(2);
 }
 
 /// Both paths agree on `triggers`, trigger by trigger.
