@@ -295,12 +295,30 @@ impl Engine {
                 return Err(Error::DuplicateView(v.name.clone()));
             }
         }
+        // every view checked before any is created: a text the engine refuses
+        // creates nothing (no view of it reads another, so each checks alone)
+        for v in &pipeline.views {
+            self.check_view(v)?;
+        }
         let mut names = Vec::new();
         for v in pipeline.views {
             names.push(v.name.clone());
             self.create_view(v)?;
         }
         Ok(names)
+    }
+
+    /// What [`Self::create_view`] refuses of `spec` in its window, its spec,
+    /// its sources or its SQL, found without changing the engine.
+    fn check_view(&self, spec: &ViewSpec) -> Result<()> {
+        let spec = match crate::spec::window_sql::lower(spec)? {
+            Some(l) => l.spec,
+            None => spec.clone(),
+        };
+        spec.validate()?;
+        let sources = input::resolve_sources(&spec, &self.views)?;
+        SqlEvaluator::new(&spec.name, &spec.sql, &sources, self.rt.clone())?;
+        Ok(())
     }
 
     /// The engine's timely workers (started on first use): one timely instance hosts every

@@ -324,3 +324,25 @@ fn column_names_are_read_as_the_views_sql_reads_them() {
     }
     assert!(emitted > 20, "the stream closed windows: {emitted} rows");
 }
+
+/// A pipeline whose second view the engine refuses (its query names no such
+/// column: found when the view is planned, after the text parsed) creates
+/// none of its views, and the engine stays usable.
+#[test]
+fn a_pipeline_refused_by_a_later_view_creates_none() {
+    let source = "CREATE SOURCE bids (auction BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts);\n";
+    let good = "CREATE VIEW a AS SELECT auction, window_start, COUNT(*) AS n \
+                FROM TUMBLE(bids, ts, INTERVAL '1' SECOND) GROUP BY auction, window_start, window_end;\n";
+    let bad = "CREATE VIEW b AS SELECT bidder, window_start, COUNT(*) AS n \
+               FROM TUMBLE(bids, ts, INTERVAL '1' SECOND) GROUP BY bidder, window_start, window_end;\n";
+    let mut e = Engine::builder().build().expect("engine");
+    let err = e
+        .execute_sql(&format!("{source}{good}{bad}"))
+        .expect_err("b names no such column");
+    assert!(err.to_string().contains("bidder"), "{err}");
+    assert!(e.views().is_empty(), "created: {:?}", e.views());
+    assert_eq!(
+        e.execute_sql(&format!("{source}{good}")).expect("a alone"),
+        ["a"]
+    );
+}
