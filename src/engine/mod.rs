@@ -149,18 +149,12 @@ impl Engine {
     /// # Ok::<(), thund::Error>(())
     /// ```
     pub fn create_view(&mut self, spec: ViewSpec) -> Result<()> {
-        // a window declared in the SQL: the per-window query and that window
-        let (spec, layout, written) = match crate::spec::window_sql::lower(&spec)? {
-            Some(l) => (l.spec, Some(l.layout), Some(l.written)),
-            None => (spec, None, None),
-        };
-        spec.validate()?;
+        let (spec, layout, written) = lowered(spec)?;
         if self.views.iter().any(|v| v.spec.name == spec.name) {
             return Err(Error::DuplicateView(spec.name.clone()));
         }
         let name = spec.name.clone();
-        let sources = input::resolve_sources(&spec, &self.views)?;
-        let eval = SqlEvaluator::new(&name, &spec.sql, &sources, self.rt.clone())?;
+        let (sources, eval) = self.planned(&spec)?;
         let bound = spec
             .window
             .as_ref()
@@ -311,14 +305,16 @@ impl Engine {
     /// What [`Self::create_view`] refuses of `spec` in its window, its spec,
     /// its sources or its SQL, found without changing the engine.
     fn check_view(&self, spec: &ViewSpec) -> Result<()> {
-        let spec = match crate::spec::window_sql::lower(spec)? {
-            Some(l) => l.spec,
-            None => spec.clone(),
-        };
-        spec.validate()?;
-        let sources = input::resolve_sources(&spec, &self.views)?;
-        SqlEvaluator::new(&spec.name, &spec.sql, &sources, self.rt.clone())?;
-        Ok(())
+        let (spec, _, _) = lowered(spec.clone())?;
+        self.planned(&spec).map(|_| ())
+    }
+
+    /// `spec`'s sources, resolved against the views there are, and its SQL
+    /// planned over them.
+    fn planned(&self, spec: &ViewSpec) -> Result<(Vec<crate::paths::SourceInfo>, SqlEvaluator)> {
+        let sources = input::resolve_sources(spec, &self.views)?;
+        let eval = SqlEvaluator::new(&spec.name, &spec.sql, &sources, self.rt.clone())?;
+        Ok((sources, eval))
     }
 
     /// The engine's timely workers (started on first use): one timely instance hosts every
@@ -1451,4 +1447,22 @@ fn changed_parts(stored: &BTreeMap<String, String>, now: &BTreeMap<String, Strin
             None => format!("the {k} (now: {})", around("", v).1),
         })
         .collect()
+}
+
+/// `spec` with a window its SQL declares taken out (the per-window query,
+/// the layout of the written query's columns, the query as written), and
+/// checked.
+fn lowered(
+    spec: ViewSpec,
+) -> Result<(
+    ViewSpec,
+    Option<crate::spec::window_sql::Layout>,
+    Option<String>,
+)> {
+    let (spec, layout, written) = match crate::spec::window_sql::lower(&spec)? {
+        Some(l) => (l.spec, Some(l.layout), Some(l.written)),
+        None => (spec, None, None),
+    };
+    spec.validate()?;
+    Ok((spec, layout, written))
 }
