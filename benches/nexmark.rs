@@ -131,9 +131,7 @@ fn args() -> Args {
         }
     }
     for q in &a.queries {
-        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("benches/nexmark")
-            .join(format!("{q}.sql"));
+        let file = data::query_file(q);
         if !file.is_file() {
             fail(&format!("--query {q}: no {}", file.display()));
         }

@@ -20,11 +20,16 @@ pub const QUERIES: &[&str] = &[
     "q19",
 ];
 
-/// Query `name`'s DDL text (`benches/nexmark/{name}.sql`).
-pub fn query(name: &str) -> String {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+/// Query `name`'s file: `benches/nexmark/{name}.sql`.
+pub fn query_file(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("benches/nexmark")
-        .join(format!("{name}.sql"));
+        .join(format!("{name}.sql"))
+}
+
+/// Query `name`'s DDL text (see [`query_file`]).
+pub fn query(name: &str) -> String {
+    let p = query_file(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
