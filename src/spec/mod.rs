@@ -298,6 +298,19 @@ impl ViewSpec {
                             ),
                         ));
                     }
+                    let n = windows_per_row(*size, *slide);
+                    if n > MAX_WINDOWS_PER_ROW {
+                        return Err(Error::spec(
+                            v,
+                            format!(
+                                "window.size ({}) every window.slide ({}) puts each row in up \
+                                 to {n} windows; at most {MAX_WINDOWS_PER_ROW} are allowed: \
+                                 a longer slide or a shorter size",
+                                humantime::format_duration(*size),
+                                humantime::format_duration(*slide)
+                            ),
+                        ));
+                    }
                 }
                 WindowKind::Session { gap, .. } => {
                     check_ms(v, "window.gap", *gap, false)?;
@@ -354,6 +367,18 @@ fn check_ms(view: &str, field: &str, d: Duration, zero_ok: bool) -> Result<()> {
         return Err(Error::spec(view, format!("{field} is too large")));
     }
     Ok(())
+}
+
+/// The most hopping windows one row may be in (`size / slide`, rounded
+/// up). Each of them is a result of its own, so a row past it adds more than
+/// a million rows to the output: at 1 ms every 100 days, 8.64 · 10⁹ windows a
+/// row, no evaluation could hold them.
+pub(crate) const MAX_WINDOWS_PER_ROW: u128 = 1_000_000;
+
+/// How many windows of `size` every `slide` one row is in, at most (a row is
+/// in ⌊size / slide⌋ or ⌈size / slide⌉ of them).
+pub(crate) fn windows_per_row(size: Duration, slide: Duration) -> u128 {
+    size.as_millis().div_ceil(slide.as_millis().max(1))
 }
 
 /// Milliseconds of a validated duration.

@@ -37,7 +37,9 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::error::{Error, Result};
-use crate::spec::{OutputMode, ViewSpec, WindowKind, WindowSpec};
+use crate::spec::{
+    windows_per_row, OutputMode, ViewSpec, WindowKind, WindowSpec, MAX_WINDOWS_PER_ROW,
+};
 
 /// A window bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -590,6 +592,14 @@ impl Rewriter<'_> {
                             return Err(self.err(format!(
                                 "`{text}` ({at}): the slide (third argument) must not exceed \
                                  the size (fourth): {usage}"
+                            )));
+                        }
+                        let n = windows_per_row(size, slide);
+                        if n > MAX_WINDOWS_PER_ROW {
+                            return Err(self.err(format!(
+                                "`{text}` ({at}) puts each row in up to {n} windows (size / \
+                                 slide); at most {MAX_WINDOWS_PER_ROW} are allowed: a longer \
+                                 slide or a shorter size"
                             )));
                         }
                         WindowKind::Hopping { size, slide }

@@ -541,3 +541,43 @@ fn interval_units_read_in_any_case_equal_the_spec() {
         );
     }
 }
+
+/// A hopping window puts each row in up to ⌈size / slide⌉ windows, each a
+/// result of its own: up to a million are taken, in either spelling, and
+/// more are refused when the view is declared, naming the count (1 ms every
+/// 100 days was 8.64 · 10⁹ windows a row: the process ran out of memory).
+#[test]
+fn a_row_in_more_than_a_million_windows_is_refused_in_both_spellings() {
+    let sql = "SELECT k, COUNT(*) AS c FROM t GROUP BY k";
+    let call = |slide_ms: u64, size_ms: u64| {
+        format!(
+            "SELECT window_start, window_end, k, COUNT(*) AS c FROM \
+             HOP(t, ts, INTERVAL '{slide_ms}' MILLISECOND, INTERVAL '{size_ms}' MILLISECOND) \
+             GROUP BY k, window_start, window_end"
+        )
+    };
+    let ms = Duration::from_millis;
+    // exactly a million windows a row: taken, in both spellings
+    let _ = engine_with(sql, Some(WindowSpec::hopping(ms(1_000_000), ms(1))));
+    let _ = engine_with(&call(1, 1_000_000), None);
+    let _ = engine_with(&call(3, 3_000_000), None);
+    // one more: refused, in both spellings, with the count
+    for (size, slide, count) in [
+        (1_000_001, 1, "1000001"),
+        // not a multiple: a row is in up to ⌈size / slide⌉
+        (3_000_001, 3, "1000001"),
+        (8_640_000_000, 1, "8640000000"),
+    ] {
+        let msg = refused(sql, Some(WindowSpec::hopping(ms(size), ms(slide))));
+        for want in [count, "window.size", "window.slide", "at most 1000000"] {
+            assert!(msg.contains(want), "{size}/{slide}: {msg}\n  wants: {want}");
+        }
+        let msg = refused(&call(slide, size), None);
+        for want in [count, "`HOP(t, ts,", "line 1, column ", "at most 1000000"] {
+            assert!(
+                msg.contains(want),
+                "{size}/{slide} in SQL: {msg}\n  wants: {want}"
+            );
+        }
+    }
+}
