@@ -172,7 +172,8 @@ impl ExactlyOnceCsv {
     }
 }
 
-/// `--output` and `--report` must not be an input, nor each other.
+/// `--output` and `--report` must not be an input, nor the view's own file
+/// (`--view` or `--sql`), nor each other.
 fn check_paths(a: &RunArgs, inputs: &[(String, PathBuf)]) -> Result<()> {
     let outs: Vec<(&str, &PathBuf)> = [
         ("--output", a.output.as_ref()),
@@ -183,6 +184,14 @@ fn check_paths(a: &RunArgs, inputs: &[(String, PathBuf)]) -> Result<()> {
     .collect();
     for (flag, out) in &outs {
         let o = canonical(out);
+        for (what, spec) in view_files(a) {
+            if canonical(spec) == o {
+                return Err(CliError::Refused(format!(
+                    "{flag} {} is {what}: writing it would destroy the view; choose another file",
+                    out.display()
+                )));
+            }
+        }
         for (source, input) in inputs {
             if canonical(input) == o {
                 return Err(CliError::Refused(format!(
@@ -217,6 +226,13 @@ fn check_paths(a: &RunArgs, inputs: &[(String, PathBuf)]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The files the view is read from (`--view` or `--sql`), with what each is.
+fn view_files(a: &RunArgs) -> impl Iterator<Item = (String, &PathBuf)> {
+    [("--view", &a.view.view), ("--sql", &a.view.sql)]
+        .into_iter()
+        .filter_map(|(flag, p)| Some((format!("the view's {flag} file"), p.as_ref()?)))
 }
 
 /// A held lease gets a message that says what the command line can do.
@@ -292,7 +308,8 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
                 a.report
                     .iter()
                     .map(|p| ("the --report file".to_string(), p)),
-            );
+            )
+            .chain(view_files(&a));
         for (what, p) in taken {
             if canonical(p) == db {
                 return Err(CliError::Refused(format!(

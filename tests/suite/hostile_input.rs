@@ -578,6 +578,39 @@ fn an_output_that_is_an_input_is_refused() {
         );
         assert_eq!(std::fs::read_to_string(&input).expect("input"), text);
     }
+    // the view's own file, in either spelling, as the report, the sink or
+    // the output (a pipeline whose file name ends in .csv): `--report v.sql`
+    // wrote the report over the pipeline
+    let in_csv = write(&f.dir, "pipeline.csv", &ddl_of(VIEW, TYPES));
+    for view in [&f.view, &f.sql, &in_csv] {
+        let kept = std::fs::read_to_string(view).expect("view");
+        let flag = match view == &in_csv {
+            true => "--sql",
+            false => spec_flag(view),
+        };
+        let target = view.display().to_string();
+        let sink = format!("sqlite://{target}?table=v");
+        let mut tries = vec![("--report", target.as_str()), ("--sink", sink.as_str())];
+        if view == &in_csv {
+            tries.push(("--output", target.as_str()));
+        }
+        for (out_flag, value) in tries {
+            let mut a = args(view, &input, 50, &f.dir.join("o.csv"));
+            a[1] = flag.to_string();
+            match out_flag {
+                "--output" => a[8] = value.to_string(),
+                _ => a.extend([out_flag.to_string(), value.to_string()]),
+            }
+            let o = run(&a);
+            assert_eq!(o.code, Some(1), "{out_flag} {value}: {}", o.stderr);
+            assert!(
+                o.stderr.contains(out_flag) && o.stderr.contains(&format!("view's {flag} file")),
+                "{out_flag} {value}: {}",
+                o.stderr
+            );
+            assert_eq!(std::fs::read_to_string(view).expect("view"), kept);
+        }
+    }
 }
 
 #[test]
