@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use thund_checkpoint::{BlockingCheckpointStore, Counters, EpochMeta, SourceState, Takeover};
 
 pub use builder::EngineBuilder;
@@ -28,7 +28,7 @@ pub use report::{Recovery, TriggerReport, ViewCounters, ViewReport};
 use crate::error::{Error, Result};
 use crate::paths::sql::SqlEvaluator;
 use crate::plan::{plan_view, ViewPlan};
-use crate::spec::ViewSpec;
+use crate::spec::{OutputMode, ViewSpec};
 use crate::state::sidecar::{CheckpointOutcome, Sidecar};
 use crate::state::{fingerprint, StateWarning};
 use crate::time::{bound_type, EventTime};
@@ -155,6 +155,7 @@ impl Engine {
         }
         let name = spec.name.clone();
         let (sources, eval) = self.planned(&spec)?;
+        check_names(&spec, layout.as_ref(), &sources, &eval.out_schema)?;
         let bound = spec
             .window
             .as_ref()
@@ -305,8 +306,9 @@ impl Engine {
     /// What [`Self::create_view`] refuses of `spec` in its window, its spec,
     /// its sources or its SQL, found without changing the engine.
     fn check_view(&self, spec: &ViewSpec) -> Result<()> {
-        let (spec, _, _) = lowered(spec.clone())?;
-        self.planned(&spec).map(|_| ())
+        let (spec, layout, _) = lowered(spec.clone())?;
+        let (sources, eval) = self.planned(&spec)?;
+        check_names(&spec, layout.as_ref(), &sources, &eval.out_schema)
     }
 
     /// `spec`'s sources, resolved against the views there are, and its SQL
@@ -1452,6 +1454,74 @@ fn changed_parts(stored: &BTreeMap<String, String>, now: &BTreeMap<String, Strin
 /// `spec` with a window its SQL declares taken out (the per-window query,
 /// the layout of the written query's columns, the query as written), and
 /// checked.
+/// Names a view would give two things: a source column that a window
+/// function's bounds (`window_start`, `window_end`) hide from the query, and
+/// an output column named as another one (a bound the output adds before
+/// the query's columns, Update mode's `final` flag after them, or a bound
+/// the query selects under a column's name). Both paths would emit such a
+/// view's rows alike, but no reader of the output could tell its columns
+/// apart (a CSV header, a database table, the view as a table).
+fn check_names(
+    spec: &ViewSpec,
+    layout: Option<&crate::spec::window_sql::Layout>,
+    sources: &[crate::paths::SourceInfo],
+    query: &arrow::datatypes::Schema,
+) -> Result<()> {
+    let v = &spec.name;
+    if let Some(call) = layout.and_then(|l| l.call()) {
+        for s in sources {
+            let hidden = s.schema.fields().iter().find(|f| {
+                ["window_start", "window_end"]
+                    .iter()
+                    .any(|b| f.name().eq_ignore_ascii_case(b))
+            });
+            if let Some(f) = hidden {
+                return Err(Error::spec(
+                    v,
+                    format!(
+                        "source `{}` has a column `{}`, the name {call} gives a window bound: \
+                         the query could not read that column; rename it in the source",
+                        s.name,
+                        f.name()
+                    ),
+                ));
+            }
+        }
+    }
+    // the output's names as its rows carry them
+    let bound = spec.window.as_ref().map(|_| DataType::Int64);
+    let runtime = crate::paths::output_schema(query, bound.as_ref(), spec.output);
+    let shown = match layout {
+        Some(l) => l.project(&runtime, spec.output).1,
+        None => runtime,
+    };
+    let mut seen = std::collections::HashSet::new();
+    for f in shown.fields() {
+        let name = f.name();
+        if seen.insert(name.as_str()) {
+            continue;
+        }
+        let why = if name == "final" && spec.output == OutputMode::Update {
+            "Update mode adds a column `final` (whether the row is final) after the query's \
+             columns: rename the query's (AS …)"
+                .to_string()
+        } else if layout.is_none() && spec.window.is_some() && query.field_with_name(name).is_ok() {
+            format!(
+                "the output shows the window's bounds first, as `window_start` and \
+                 `window_end`: rename the query's `{name}` (AS …)"
+            )
+        } else {
+            "a window bound is selected under the name of another column: rename one (AS …)"
+                .to_string()
+        };
+        return Err(Error::spec(
+            v,
+            format!("the output would have two columns named `{name}`: {why}"),
+        ));
+    }
+    Ok(())
+}
+
 fn lowered(
     spec: ViewSpec,
 ) -> Result<(

@@ -65,9 +65,18 @@ enum Slot {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
     slots: Vec<Slot>,
+    /// The first window function in `FROM` (`TUMBLE(…)` with its line and
+    /// column), which names the bounds `window_start` and `window_end`.
+    call: Option<String>,
 }
 
 impl Layout {
+    /// The window function that names the bounds `window_start` and
+    /// `window_end`, as written and where (none for `date_bin`).
+    pub(crate) fn call(&self) -> Option<&str> {
+        self.call.as_deref()
+    }
+
     /// The output columns as indices into `runtime` (window bounds first,
     /// then `query` columns, then `final` in Update mode), with the schema
     /// they make.
@@ -189,7 +198,14 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
     });
     Ok(Some(Lowered {
         spec: out,
-        layout: Layout { slots },
+        layout: Layout {
+            slots,
+            call: r
+                .declared
+                .iter()
+                .find(|d| d.source.is_some())
+                .map(|d| format!("`{}` ({})", d.text, d.at)),
+        },
         written: spec.sql.clone(),
     }))
 }

@@ -581,3 +581,163 @@ fn a_row_in_more_than_a_million_windows_is_refused_in_both_spellings() {
         }
     }
 }
+
+/// A view's output never has two columns of one name, and a window
+/// function never hides a source's column: the bounds the output adds
+/// before the query's columns (a window in the spec), Update mode's `final`
+/// flag after them, a bound selected under another column's name, and a
+/// source column named `window_start` under `TUMBLE` are refused when the
+/// view is declared, on both paths and through `execute_sql`. They ran and
+/// wrote headers such as `window_start,window_end,final,n,final`, or read
+/// the bound where the query named the source's column.
+#[test]
+fn names_the_output_would_give_twice_are_refused() {
+    use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+    use std::sync::Arc;
+    let odd = Arc::new(Schema::new(vec![
+        Field::new("window_start", DataType::Int64, false),
+        Field::new("final", DataType::Int64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    ]));
+    // the same without `window_start`, for the queries that call TUMBLE
+    let plain = Arc::new(Schema::new(
+        odd.fields().iter().skip(1).cloned().collect::<Vec<_>>(),
+    ));
+    let second = || Some(WindowSpec::tumbling(Duration::from_secs(1)));
+    let tumble = "TUMBLE(t, ts, INTERVAL '1' SECOND)";
+    // (query, its source's schema, window in the spec, output mode, what the
+    // error says, or None: taken)
+    type Case<'a> = (
+        String,
+        &'a SchemaRef,
+        Option<WindowSpec>,
+        OutputMode,
+        Option<&'a [&'a str]>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "SELECT window_start AS w, COUNT(*) AS c FROM t GROUP BY window_start".into(),
+            &odd,
+            second(),
+            OutputMode::Append,
+            None,
+        ),
+        (
+            "SELECT window_start, COUNT(*) AS c FROM t GROUP BY window_start".into(),
+            &odd,
+            second(),
+            OutputMode::Append,
+            Some(&[
+                "two columns named `window_start`",
+                "the window's bounds first",
+            ]),
+        ),
+        (
+            "SELECT final, COUNT(*) AS c FROM t GROUP BY final".into(),
+            &odd,
+            second(),
+            OutputMode::Update,
+            Some(&["two columns named `final`", "Update mode adds"]),
+        ),
+        (
+            "SELECT final, COUNT(*) AS c FROM t GROUP BY final".into(),
+            &odd,
+            second(),
+            OutputMode::Append,
+            None,
+        ),
+        (
+            format!(
+                "SELECT final, window_end, COUNT(*) AS c FROM {tumble} \
+                 GROUP BY final, window_start, window_end"
+            ),
+            &plain,
+            None,
+            OutputMode::Update,
+            Some(&["two columns named `final`", "Update mode adds"]),
+        ),
+        (
+            format!(
+                "SELECT window_end AS final, COUNT(*) AS c FROM {tumble} \
+                 GROUP BY window_start, window_end"
+            ),
+            &plain,
+            None,
+            OutputMode::Update,
+            Some(&["two columns named `final`", "Update mode adds"]),
+        ),
+        (
+            format!(
+                "SELECT window_end AS c, COUNT(*) AS c FROM {tumble} \
+                 GROUP BY window_start, window_end"
+            ),
+            &plain,
+            None,
+            OutputMode::Append,
+            Some(&["two columns named `c`", "a window bound is selected"]),
+        ),
+        (
+            format!("SELECT COUNT(*) AS c FROM {tumble} GROUP BY window_start, window_end"),
+            &odd,
+            None,
+            OutputMode::Append,
+            Some(&[
+                "source `t` has a column `window_start`",
+                "`TUMBLE(t, ts, INTERVAL '1' SECOND)` (line 1, column 27)",
+            ]),
+        ),
+        // date_bin names no bound: the source's column is the query's
+        (
+            "SELECT window_start, COUNT(*) AS c FROM t \
+             GROUP BY window_start, date_bin(INTERVAL '1 second', ts)"
+                .into(),
+            &odd,
+            None,
+            OutputMode::Append,
+            None,
+        ),
+    ];
+    for (sql, schema, window, mode, wants) in &cases {
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let mut b = ViewSpec::builder("v", sql)
+                .source("t", "ts", Arc::clone(schema))
+                .output(*mode)
+                .mode(exec);
+            if let Some(w) = window {
+                b = b.window(w.clone());
+            }
+            let mut e = Engine::builder().build().expect("engine");
+            let got = b.build().and_then(|spec| e.create_view(spec));
+            match (wants, got) {
+                (None, Ok(())) => {
+                    // the rows come out under distinct names
+                    let schema = e.output_schema("v").expect("schema");
+                    let mut names: Vec<&String> =
+                        schema.fields().iter().map(|f| f.name()).collect();
+                    names.sort();
+                    names.dedup();
+                    assert_eq!(names.len(), schema.fields().len(), "{sql}: {schema:?}");
+                }
+                (Some(wants), Err(err)) => {
+                    let msg = err.to_string();
+                    for w in *wants {
+                        assert!(msg.contains(w), "{sql} ({exec:?})\n  {msg}\n  wants: {w}");
+                    }
+                }
+                (_, got) => panic!("{sql} ({exec:?}): {got:?}"),
+            }
+        }
+    }
+    // a pipeline whose second view would write `final` twice creates none
+    let source = "CREATE SOURCE t (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts);\n";
+    let good = "CREATE VIEW a WITH (output = 'update') AS SELECT k, COUNT(*) AS n \
+                FROM TUMBLE(t, ts, INTERVAL '1' SECOND) GROUP BY k, window_start, window_end;\n";
+    let bad = "CREATE VIEW b WITH (output = 'update') AS SELECT k AS final, COUNT(*) AS n \
+               FROM TUMBLE(t, ts, INTERVAL '1' SECOND) GROUP BY k, window_start, window_end;\n";
+    let mut e = Engine::builder().build().expect("engine");
+    let err = e
+        .execute_sql(&format!("{source}{good}{bad}"))
+        .expect_err("b writes `final` twice");
+    assert!(err.to_string().contains("`final`"), "{err}");
+    assert!(e.views().is_empty(), "created: {:?}", e.views());
+}
