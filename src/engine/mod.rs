@@ -1510,6 +1510,10 @@ fn check_names(
                 "the output shows the window's bounds first, as `window_start` and \
                  `window_end`: rename the query's `{name}` (AS …)"
             )
+        } else if query.fields().iter().filter(|f| f.name() == name).count() > 1 {
+            "the query's result has two (from two tables, as `SELECT *` over a join \
+             gives): name them apart (AS …)"
+                .to_string()
         } else {
             "a window bound is selected under the name of another column: rename one (AS …)"
                 .to_string()

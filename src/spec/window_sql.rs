@@ -158,6 +158,8 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
         view,
         names: HashMap::new(),
         declared: Vec::new(),
+        hidden: None,
+        hidden_in_with: None,
     };
     let slots = r.query(q, true)?;
     let Some(first) = r.declared.first().cloned() else {
@@ -260,6 +262,12 @@ struct Rewriter<'a> {
     /// subqueries give them.
     names: HashMap<String, Bound>,
     declared: Vec<Declared>,
+    /// A bound that a subquery in `FROM` selects (as written, and where),
+    /// which a `*` over it would not show: the bounds are taken out of
+    /// every subquery, as of the query itself.
+    hidden: Option<String>,
+    /// The same for the subqueries of `WITH`.
+    hidden_in_with: Option<String>,
 }
 
 fn position(e: &impl Spanned) -> String {
@@ -517,6 +525,7 @@ impl Rewriter<'_> {
         if let Some(with) = &mut q.with {
             for cte in &mut with.cte_tables {
                 self.query(&mut cte.query, false)?;
+                self.hidden_in_with = self.hidden_in_with.take().or(self.hidden.take());
             }
         }
         let slots = self.set_expr(&mut q.body, top)?;
@@ -722,6 +731,8 @@ impl Rewriter<'_> {
     }
 
     fn select(&mut self, s: &mut Select, top: bool) -> Result<Vec<Slot>> {
+        // what the subqueries before this one in the parent's FROM hide
+        let before = self.hidden.take();
         let mut here = Vec::new();
         for twj in &mut s.from {
             if let Some(i) = self.factor(&mut twj.relation)? {
@@ -734,6 +745,9 @@ impl Rewriter<'_> {
                 self.join(&mut j.join_operator)?;
             }
         }
+        let from_hidden = self.hidden.take();
+        // what this select hides from a `*` over it
+        let mut hides: Option<String> = None;
         // GROUP BY first: a date_bin there declares the window
         let mut keys: Vec<String> = Vec::new();
         let mut computed: Option<String> = None;
@@ -802,6 +816,22 @@ impl Rewriter<'_> {
                     continue;
                 }
                 SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
+                    let over = match here.first() {
+                        Some(&i) => Some(format!("the bounds of `{}`", self.declared[i].text)),
+                        None => from_hidden.clone().or(self.hidden_in_with.clone()),
+                    };
+                    match (top, over) {
+                        (false, over) => hides = hides.or(over),
+                        (true, Some(h)) if here.is_empty() => {
+                            return Err(self.err(format!(
+                                "`{item}` in the select list is over a subquery that selects \
+                                 {h}: the bounds are taken out of it (every output row \
+                                 carries its window's), so `*` would not show them; name the \
+                                 columns, e.g. `x.window_start`"
+                            )))
+                        }
+                        _ => {}
+                    }
                     slots.push(Slot::Rest);
                     if !here.is_empty() {
                         // Flink's window table functions add their bounds after the source's columns
@@ -837,6 +867,7 @@ impl Rewriter<'_> {
                 if let Some(a) = &alias {
                     self.names.insert(a.to_ascii_lowercase(), b);
                 }
+                hides = hides.or(Some(format!("`{item}` ({})", position(e))));
                 slots.push(Slot::Bound(b, shown));
                 continue;
             }
@@ -858,6 +889,8 @@ impl Rewriter<'_> {
         if let Some(h) = &s.having {
             self.no_bound_in(h, "HAVING")?;
         }
+        // (what subqueries in WHERE or HAVING hide shows nowhere)
+        self.hidden = before.or(hides);
         Ok(if top { slots } else { Vec::new() })
     }
 }

@@ -454,6 +454,29 @@ fn malformed_window_calls_name_the_call_and_its_position() {
             None,
             &["selects only window bounds"],
         ),
+        // `*` over a subquery whose bounds were taken out would drop them
+        (
+            "SELECT * FROM (SELECT k, window_start, COUNT(*) AS c \
+             FROM TUMBLE(t, ts, INTERVAL '1' SECOND) GROUP BY k, window_start, window_end) AS x",
+            None,
+            &[
+                "`*` in the select list",
+                "selects `window_start` (line 1, column 26)",
+                "name the columns",
+            ],
+        ),
+        (
+            "WITH w AS (SELECT k, window_end AS e, COUNT(*) AS c \
+             FROM TUMBLE(t, ts, INTERVAL '1' SECOND) GROUP BY k, window_start, window_end) \
+             SELECT w.* FROM w",
+            None,
+            &["`w.*` in the select list", "selects `window_end AS e`"],
+        ),
+        (
+            "SELECT * FROM (SELECT * FROM TUMBLE(t, ts, INTERVAL '1' SECOND)) AS x",
+            None,
+            &["the bounds of `TUMBLE(t, ts, INTERVAL '1' SECOND)`"],
+        ),
     ];
     for (sql, window, wants) in cases {
         let msg = refused(sql, window.clone());
@@ -463,6 +486,15 @@ fn malformed_window_calls_name_the_call_and_its_position() {
                 "{sql}\n  error: {msg}\n  should contain: {w}"
             );
         }
+    }
+    // the same `*`s where the subquery selects no bound, or the window
+    // function is the select's own: taken
+    for sql in [
+        "SELECT * FROM (SELECT k, COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1' SECOND) \
+         GROUP BY k, window_start, window_end) AS x",
+        "SELECT x.* FROM TUMBLE(t, ts, INTERVAL '1' SECOND) AS x",
+    ] {
+        let _ = engine_with(sql, None);
     }
 }
 
@@ -685,6 +717,13 @@ fn names_the_output_would_give_twice_are_refused() {
                 "source `t` has a column `window_start`",
                 "`TUMBLE(t, ts, INTERVAL '1' SECOND)` (line 1, column 27)",
             ]),
+        ),
+        (
+            format!("SELECT * FROM {tumble} AS a JOIN {tumble} AS b ON a.final = b.final"),
+            &plain,
+            None,
+            OutputMode::Append,
+            Some(&["two columns named `final`", "the query's result has two"]),
         ),
         // date_bin names no bound: the source's column is the query's
         (
