@@ -572,14 +572,21 @@ fn view(
         return Err(err(
             stmt,
             at,
-            format!(
-                "view `{name}` reads no declared source (declared: {})",
-                sources
-                    .iter()
-                    .map(|(s, _)| s.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            match sources.is_empty() {
+                // a text declares its own sources (`CREATE SOURCE` before the view)
+                true => format!(
+                    "view `{name}` reads no declared source: no `CREATE SOURCE` comes \
+                     before it in this text"
+                ),
+                false => format!(
+                    "view `{name}` reads no declared source (declared before it: {})",
+                    sources
+                        .iter()
+                        .map(|(s, _)| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
         ));
     };
     if let Some((s, _)) = mine.iter().find(|(_, m)| m != mark) {

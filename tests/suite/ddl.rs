@@ -214,7 +214,15 @@ fn malformed_ddl_names_the_statement_and_the_token() {
         (
             &format!("{good_source}CREATE VIEW v AS SELECT COUNT(*) AS c FROM persons"),
             (2, 18),
-            &["reads no declared source", "declared: bids"],
+            &["reads no declared source", "declared before it: bids"],
+        ),
+        // a view before its source, as a second text without its sources
+        // would be: the source it reads is not declared yet
+        (
+            "CREATE VIEW v AS SELECT COUNT(*) AS c FROM bids;\n\
+             CREATE SOURCE bids (auction BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts);",
+            (1, 18),
+            &["reads no declared source", "no `CREATE SOURCE` comes before it"],
         ),
         (
             &format!("{good_source}CREATE TABLE t (a INT)"),
