@@ -450,6 +450,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
             engine.output_schema(&view)?,
             output_mode,
             engine.key_columns(&view)?,
+            engine.window_columns(&view)?,
             &run_id,
             !exactly_once,
         )?),

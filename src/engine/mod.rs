@@ -945,6 +945,30 @@ impl Engine {
             .map(|s| s.fields().iter().map(|f| f.name().clone()).collect()))
     }
 
+    /// The columns of `view`'s output that show each row's window start and
+    /// end, by name (`None` where the query does not select one), or `None`
+    /// for a view without windows. A window in the spec shows both first, as
+    /// `window_start` and `window_end`; a window in the SQL shows them where
+    /// and as the query selects them. A keyed sink in Update mode needs both
+    /// ([`crate::io::db::DbSink::open`]).
+    pub fn window_columns(&self, view: &str) -> Result<Option<[Option<String>; 2]>> {
+        let v = self.view(view)?;
+        if v.spec.window.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(match &v.written {
+            // the runtime's rows carry the bounds first; the written layout
+            // picks its columns from them
+            Some(w) => [0, 1].map(|b| {
+                w.columns
+                    .iter()
+                    .position(|&c| c == b)
+                    .map(|i| w.schema.field(i).name().clone())
+            }),
+            None => ["window_start", "window_end"].map(|b| Some(b.to_string())),
+        }))
+    }
+
     /// `view`'s fingerprint: what its checkpoints must match (a hash of its
     /// per-window SQL, sources, window, watermark, output mode, plan and
     /// output columns).

@@ -118,6 +118,17 @@ fn spec(sql: &str, win: common::Win, lateness: i64, mode: OutputMode, exec: Exec
         .expect("spec")
 }
 
+/// How a view shows its window: in the spec (the bounds first, as
+/// `window_start` and `window_end`), or in SQL with the bounds renamed and
+/// placed apart, or not selected.
+#[derive(Clone, Copy, Debug)]
+enum Shown {
+    Spec,
+    Renamed,
+    Hidden,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn check(
     triggers: &[Vec<Ev>],
     lateness: i64,
@@ -126,21 +137,47 @@ fn check(
     mode: OutputMode,
     exec: ExecMode,
     db: Db,
+    shown: Shown,
 ) -> Result<(), TestCaseError> {
     let target = Target::new(db);
     let mut e = Engine::builder().build().expect("engine");
-    e.create_view(spec(QUERIES[q], win, lateness, mode, exec))
-        .expect("view");
-    let mut sink = DbSink::open(
+    let mut view = spec(QUERIES[q], win, lateness, mode, exec);
+    if let Shown::Renamed | Shown::Hidden = shown {
+        let first = "SELECT window_start, window_end, ";
+        view = common::in_sql(&view).expect("a SQL spelling");
+        view.sql = match shown {
+            Shown::Renamed => view
+                .sql
+                .replacen(first, "SELECT window_end AS w_end, ", 1)
+                .replacen(" FROM ", ", window_start AS w_start FROM ", 1),
+            _ => view.sql.replacen(first, "SELECT ", 1),
+        };
+    }
+    e.create_view(view).expect("view");
+    let sink = DbSink::open(
         &target.url,
         "v",
         e.output_schema("v").expect("schema"),
         mode,
         e.key_columns("v").expect("key"),
+        e.window_columns("v").expect("window"),
         "test",
         true,
-    )
-    .expect("sink");
+    );
+    // Update mode upserts on the window: a view that hides it is refused
+    // (the rows of its windows overwrote each other)
+    let mut sink = match (shown, mode, sink) {
+        (Shown::Hidden, OutputMode::Update, Err(err)) => {
+            prop_assert!(
+                err.to_string()
+                    .contains("does not show its window's bounds"),
+                "{}",
+                err
+            );
+            return Ok(());
+        }
+        (_, _, sink) => sink.expect("sink"),
+    };
     let mut refused = false;
     common::run_stream(&mut e, triggers, |i, r, e| {
         if refused {
@@ -187,8 +224,10 @@ proptest! {
         mode in prop_oneof![Just(OutputMode::Append), Just(OutputMode::Update), Just(OutputMode::Complete)],
     ) {
         for db in [Db::Sqlite, Db::Postgres] {
-            check(&triggers, lateness, win, q, mode, ExecMode::Auto, db)?;
-            check(&triggers, lateness, win, q, mode, ExecMode::Recompute, db)?;
+            for shown in [Shown::Spec, Shown::Renamed, Shown::Hidden] {
+                check(&triggers, lateness, win, q, mode, ExecMode::Auto, db, shown)?;
+                check(&triggers, lateness, win, q, mode, ExecMode::Recompute, db, shown)?;
+            }
         }
     }
 }
@@ -217,6 +256,7 @@ fn a_table_of_another_shape_or_run_and_bad_urls_are_refused() {
         "v",
         common::schema(),
         OutputMode::Append,
+        None,
         None,
         "r",
         true,
@@ -252,13 +292,23 @@ fn refusals(db: Db) {
             let m = (
                 e.output_schema(v).expect("schema"),
                 e.key_columns(v).expect("key"),
+                e.window_columns(v).expect("window"),
             );
             (v, m)
         })
         .collect();
     let open = |view: &str, run: &str, fresh: bool| {
-        let (schema, key) = meta[view].clone();
-        DbSink::open(&url, view, schema, OutputMode::Update, key, run, fresh)
+        let (schema, key, window) = meta[view].clone();
+        DbSink::open(
+            &url,
+            view,
+            schema,
+            OutputMode::Update,
+            key,
+            window,
+            run,
+            fresh,
+        )
     };
     let mut s = open("v", "run-1", true).expect("a new table");
     e.push(

@@ -299,6 +299,8 @@ pub(crate) struct Epoch<'a> {
     pub table: &'a str,
     pub columns: &'a [Column],
     pub conflict: Option<&'a [String]>,
+    /// The columns of each row's window start and end, if the rows have windows.
+    pub bounds: Option<(usize, usize)>,
     pub ops: Vec<Op>,
     pub run: &'a str,
     pub epoch: i64,
@@ -355,8 +357,8 @@ impl Epoch<'_> {
 
     /// The window bounds' columns (a view with windows has both).
     pub fn bounds(&self) -> Option<(&Column, &Column)> {
-        let find = |name: &str| self.columns.iter().find(|c| c.name == name);
-        find("window_start").zip(find("window_end"))
+        let (s, e) = self.bounds?;
+        self.columns.get(s).zip(self.columns.get(e))
     }
 
     /// The delete of one window's rows, with `mark` as in [`Self::insert`]
@@ -364,9 +366,11 @@ impl Epoch<'_> {
     pub fn clear_window(&self, mark: impl Fn(usize, &Column) -> String) -> Option<String> {
         let (s, e) = self.bounds()?;
         Some(format!(
-            "DELETE FROM {} WHERE \"window_start\" = {} AND \"window_end\" = {}",
+            "DELETE FROM {} WHERE {} = {} AND {} = {}",
             quote(self.table),
+            quote(&s.name),
             mark(1, s),
+            quote(&e.name),
             mark(2, e)
         ))
     }
@@ -422,6 +426,8 @@ pub struct DbSink {
     mode: OutputMode,
     /// Columns the upsert conflicts on (Update mode with a key).
     conflict: Option<Vec<String>>,
+    /// The columns of each row's window start and end (see [`DbSink::open`]).
+    bounds: Option<(usize, usize)>,
     /// The last epoch applied.
     applied: u64,
 }
@@ -429,16 +435,23 @@ pub struct DbSink {
 impl DbSink {
     /// Open (or create) `url`'s database and table for a view emitting
     /// `schema` in `mode`, whose rows are keyed by `key` (column names; the
-    /// window bounds are added) or not (`None`). `run` identifies the run the
+    /// window bounds are added) or not (`None`). `window` names the columns
+    /// of `schema` that show each row's window start and end
+    /// ([`crate::Engine::window_columns`]; `None` for a view without
+    /// windows): in Update mode a window's rows are upserted on its bounds and
+    /// the key, and its final rows replace them, so a windowed view that does
+    /// not show both bounds is refused there. `run` identifies the run the
     /// epochs belong to: a table whose sink state names another run is
     /// refused (`fresh`: this run starts at epoch 1 with nothing applied, so a
     /// table that holds any applied epoch is refused too).
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         url: &SinkUrl,
         view: &str,
         schema: SchemaRef,
         mode: OutputMode,
         key: Option<Vec<String>>,
+        window: Option<[Option<String>; 2]>,
         run: &str,
         fresh: bool,
     ) -> Result<Self> {
@@ -448,6 +461,27 @@ impl DbSink {
             path: shown.clone(),
             message: format!("table `{table}`: {m}"),
         };
+        let bounds = match (window, mode) {
+            (Some([Some(s), Some(e)]), _) => {
+                let at = |name: &str| {
+                    schema.index_of(name).map_err(|_| {
+                        err(format!(
+                            "the window bound `{name}` is not a column of the view"
+                        ))
+                    })
+                };
+                Some((at(&s)?, at(&e)?))
+            }
+            (Some(_), OutputMode::Update) => {
+                return Err(err(format!(
+                    "view `{view}` does not show its window's bounds: in Update mode a \
+                     window's rows are upserted on its bounds and the view's key, and its \
+                     final rows replace them; select window_start and window_end (under any \
+                     name)"
+                )))
+            }
+            _ => None,
+        };
         let mut db: Box<dyn Backend> = match &url.database {
             Database::Sqlite(path) => Box::new(sqlite::Sqlite::open(path).map_err(&err)?),
             #[cfg(feature = "postgres")]
@@ -456,12 +490,12 @@ impl DbSink {
             Database::Postgres(_) => return Err(err(postgres_url("").unwrap_err())),
         };
         db.execute(STATE_DDL).map_err(&err)?;
-        let bounds = ["window_start", "window_end"]
+        let bound_names = bounds
             .into_iter()
-            .filter(|b| schema.field_with_name(b).is_ok())
-            .map(str::to_string);
+            .flat_map(|(s, e)| [s, e])
+            .map(|i| schema.field(i).name().clone());
         let conflict = match (mode, key) {
-            (OutputMode::Update, Some(k)) => Some(bounds.chain(k).collect::<Vec<_>>()),
+            (OutputMode::Update, Some(k)) => Some(bound_names.chain(k).collect::<Vec<_>>()),
             _ => None,
         };
         // the table: create it, or check the one there
@@ -529,6 +563,7 @@ impl DbSink {
             columns,
             mode,
             conflict,
+            bounds,
             applied,
         })
     }
@@ -555,6 +590,7 @@ impl DbSink {
             table: &self.table,
             columns: &self.columns,
             conflict: self.conflict.as_deref(),
+            bounds: self.bounds,
             ops,
             run,
             epoch: i64::try_from(epoch).unwrap_or(i64::MAX),
@@ -583,7 +619,7 @@ impl DbSink {
         }
         let index = |name: &str| self.columns.iter().position(|c| c.name == name);
         let fin = index("final").filter(|_| self.mode == OutputMode::Update);
-        let bounds = (index("window_start"), index("window_end"));
+        let bounds = self.bounds;
         // the windows whose rows this epoch's final rows replace (few)
         let mut cleared: Vec<(Cell, Cell)> = Vec::new();
         for b in batches {
@@ -611,7 +647,7 @@ impl DbSink {
                     .map(|c| c.next().unwrap_or(Cell::Null))
                     .collect();
                 let is_final = fin.is_some_and(|c| row[c] == Cell::Bool(true));
-                if let (true, (Some(s), Some(e))) = (is_final, bounds) {
+                if let (true, Some((s, e))) = (is_final, bounds) {
                     let w = (row[s].clone(), row[e].clone());
                     if !cleared.contains(&w) {
                         ops.push(Op::ClearWindow(w.0.clone(), w.1.clone()));
