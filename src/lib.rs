@@ -59,7 +59,7 @@ pub mod window;
 
 pub use engine::{
     Engine, EngineBuilder, InvalidRow, Recovery, TriggerReport, ViewCounters, ViewReport,
-    DEFAULT_REJECTED_RETENTION,
+    WindowColumns, DEFAULT_REJECTED_RETENTION,
 };
 pub use error::{Error, Result};
 pub use plan::{FallbackReason, PathKind, ViewPlan};

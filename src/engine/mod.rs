@@ -946,17 +946,17 @@ impl Engine {
     }
 
     /// The columns of `view`'s output that show each row's window start and
-    /// end, by name (`None` where the query does not select one), or `None`
-    /// for a view without windows. A window in the spec shows both first, as
+    /// end, and whether its windows grow, or `None` for a view without
+    /// windows. A window in the spec shows both bounds first, as
     /// `window_start` and `window_end`; a window in the SQL shows them where
-    /// and as the query selects them. A keyed sink in Update mode needs both
+    /// and as the query selects them (or not). A database sink needs them
     /// ([`crate::io::db::DbSink::open`]).
-    pub fn window_columns(&self, view: &str) -> Result<Option<[Option<String>; 2]>> {
+    pub fn window_columns(&self, view: &str) -> Result<Option<WindowColumns>> {
         let v = self.view(view)?;
-        if v.spec.window.is_none() {
+        let Some(window) = &v.spec.window else {
             return Ok(None);
-        }
-        Ok(Some(match &v.written {
+        };
+        let [start, end] = match &v.written {
             // the runtime's rows carry the bounds first; the written layout
             // picks its columns from them
             Some(w) => [0, 1].map(|b| {
@@ -966,6 +966,11 @@ impl Engine {
                     .map(|i| w.schema.field(i).name().clone())
             }),
             None => ["window_start", "window_end"].map(|b| Some(b.to_string())),
+        };
+        Ok(Some(WindowColumns {
+            start,
+            end,
+            sessions: matches!(window.kind, crate::spec::WindowKind::Session { .. }),
         }))
     }
 
@@ -1478,6 +1483,18 @@ fn changed_parts(stored: &BTreeMap<String, String>, now: &BTreeMap<String, Strin
 /// `spec` with a window its SQL declares taken out (the per-window query,
 /// the layout of the written query's columns, the query as written), and
 /// checked.
+/// Where a windowed view's output shows its windows ([`Engine::window_columns`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowColumns {
+    /// The column showing each row's window start, if the view selects it.
+    pub start: Option<String>,
+    /// The column showing each row's window end, if the view selects it.
+    pub end: Option<String>,
+    /// Whether the windows are sessions: a session that grows or merges is a
+    /// new window, and Update mode emits no retraction of the old one's rows.
+    pub sessions: bool,
+}
+
 /// Names a view would give two things: a source column that a window
 /// function's bounds (`window_start`, `window_end`) hide from the query, and
 /// an output column named as another one (a bound the output adds before

@@ -340,3 +340,64 @@ fn refusals(db: Db) {
     let err = open("w", "run-1", false).err().expect("shape");
     assert!(err.to_string().contains("exists with columns"), "{err}");
 }
+
+/// A session that grows is a new window, and Update mode emits no
+/// retraction of the old one's rows: a database sink would keep them beside
+/// the session's final row (a session of three rows left its provisional
+/// rows of one and two beside its final count of three). Such a sink is
+/// refused, in either spelling; in Append mode the table holds each
+/// session's final rows, as the view emitted them.
+#[test]
+fn sessions_in_update_mode_are_refused_by_database_sinks() {
+    let ev = |t: i64| Ev {
+        t,
+        k: 1,
+        g: "a".into(),
+        v: Some(1),
+        f: 0.0,
+    };
+    for mode in [OutputMode::Update, OutputMode::Append] {
+        let spec = ViewSpec::builder("v", "SELECT k, COUNT(*) AS c FROM t GROUP BY k")
+            .source("t", "ts", common::schema())
+            .window(WindowSpec::session(Duration::from_secs(2), &["k"]))
+            .output(mode)
+            .build()
+            .expect("spec");
+        for view in common::spellings(spec) {
+            let target = Target::new(Db::Sqlite);
+            let mut e = Engine::builder().build().expect("engine");
+            e.create_view(view).expect("view");
+            let sink = DbSink::open(
+                &target.url,
+                "v",
+                e.output_schema("v").expect("schema"),
+                mode,
+                e.key_columns("v").expect("key"),
+                e.window_columns("v").expect("window"),
+                "test",
+                true,
+            );
+            let mut sink = match mode {
+                OutputMode::Update => {
+                    let err = sink.err().expect("sessions in Update mode");
+                    assert!(err.to_string().contains("session windows"), "{err}");
+                    continue;
+                }
+                _ => sink.expect("sink"),
+            };
+            let mut emitted = Vec::new();
+            for t in [0, 1_000, 2_000, 30_000, 60_000] {
+                e.push("t", batch(&[ev(t)])).expect("push");
+                let r = e.trigger().expect("trigger");
+                assert!(sink
+                    .write(r.epoch, "test", &r.views[0].output)
+                    .expect("write"));
+                emitted.extend(r.views[0].output.clone());
+            }
+            let mut want = as_stored_all(&emitted);
+            want.sort();
+            assert_eq!(want.len(), 2, "two sessions closed: {want:?}");
+            assert_eq!(target.rows(), want);
+        }
+    }
+}

@@ -11,6 +11,9 @@
 //!   the view has a key (its `GROUP BY` columns); a window's final rows
 //!   (`final = true`) first delete the window's rows, so what an open window
 //!   no longer holds goes; a view without a key inserts its provisional rows.
+//!   The bounds are the columns that show them, whatever their names; a
+//!   windowed view that shows no bounds, and session windows (a session that
+//!   grows is a new window, with no retraction of the old one), are refused.
 //! * **Complete**: the table's rows are replaced by the epoch's.
 //!
 //! The sink creates its table from the view's output schema, or checks an
@@ -435,12 +438,14 @@ pub struct DbSink {
 impl DbSink {
     /// Open (or create) `url`'s database and table for a view emitting
     /// `schema` in `mode`, whose rows are keyed by `key` (column names; the
-    /// window bounds are added) or not (`None`). `window` names the columns
-    /// of `schema` that show each row's window start and end
-    /// ([`crate::Engine::window_columns`]; `None` for a view without
-    /// windows): in Update mode a window's rows are upserted on its bounds and
-    /// the key, and its final rows replace them, so a windowed view that does
-    /// not show both bounds is refused there. `run` identifies the run the
+    /// window bounds are added) or not (`None`). `window` says where `schema`
+    /// shows each row's window ([`crate::Engine::window_columns`]; `None`
+    /// for a view without windows): in Update mode a window's rows are
+    /// upserted on its bounds and the key, and its final rows replace them,
+    /// so a windowed view that does not show both bounds is refused there,
+    /// and so are sessions (a session that grows is a new window, and no
+    /// retraction of the old one's rows comes: they would stay in the
+    /// table). `run` identifies the run the
     /// epochs belong to: a table whose sink state names another run is
     /// refused (`fresh`: this run starts at epoch 1 with nothing applied, so a
     /// table that holds any applied epoch is refused too).
@@ -451,7 +456,7 @@ impl DbSink {
         schema: SchemaRef,
         mode: OutputMode,
         key: Option<Vec<String>>,
-        window: Option<[Option<String>; 2]>,
+        window: Option<crate::WindowColumns>,
         run: &str,
         fresh: bool,
     ) -> Result<Self> {
@@ -462,7 +467,22 @@ impl DbSink {
             message: format!("table `{table}`: {m}"),
         };
         let bounds = match (window, mode) {
-            (Some([Some(s), Some(e)]), _) => {
+            (Some(w), OutputMode::Update) if w.sessions => {
+                return Err(err(format!(
+                    "view `{view}` has session windows: in Update mode a session that grows \
+                     or merges is a new window, and no retraction of its earlier rows comes, \
+                     so they would stay in the table beside its final row; sink it in \
+                     Append or Complete mode"
+                )))
+            }
+            (
+                Some(crate::WindowColumns {
+                    start: Some(s),
+                    end: Some(e),
+                    ..
+                }),
+                _,
+            ) => {
                 let at = |name: &str| {
                     schema.index_of(name).map_err(|_| {
                         err(format!(
