@@ -118,6 +118,20 @@ fn spec(sql: &str, win: common::Win, lateness: i64, mode: OutputMode, exec: Exec
         .expect("spec")
 }
 
+/// A sink for view `v` of `e` into `url`, as a new run (`test`) would open it.
+fn open_fresh(e: &Engine, url: &SinkUrl, mode: OutputMode) -> thund::Result<DbSink> {
+    DbSink::open(
+        url,
+        "v",
+        e.output_schema("v").expect("schema"),
+        mode,
+        e.key_columns("v").expect("key"),
+        e.window_columns("v").expect("window"),
+        "test",
+        true,
+    )
+}
+
 /// How a view shows its window: in the spec (the bounds first, as
 /// `window_start` and `window_end`), or in SQL with the bounds renamed and
 /// placed apart, or not selected.
@@ -154,16 +168,7 @@ fn check(
         };
     }
     e.create_view(view).expect("view");
-    let sink = DbSink::open(
-        &target.url,
-        "v",
-        e.output_schema("v").expect("schema"),
-        mode,
-        e.key_columns("v").expect("key"),
-        e.window_columns("v").expect("window"),
-        "test",
-        true,
-    );
+    let sink = open_fresh(&e, &target.url, mode);
     // Update mode upserts on the window: a view that hides it is refused
     // (the rows of its windows overwrote each other)
     let mut sink = match (shown, mode, sink) {
@@ -367,16 +372,7 @@ fn sessions_in_update_mode_are_refused_by_database_sinks() {
             let target = Target::new(Db::Sqlite);
             let mut e = Engine::builder().build().expect("engine");
             e.create_view(view).expect("view");
-            let sink = DbSink::open(
-                &target.url,
-                "v",
-                e.output_schema("v").expect("schema"),
-                mode,
-                e.key_columns("v").expect("key"),
-                e.window_columns("v").expect("window"),
-                "test",
-                true,
-            );
+            let sink = open_fresh(&e, &target.url, mode);
             let mut sink = match mode {
                 OutputMode::Update => {
                     let err = sink.err().expect("sessions in Update mode");
