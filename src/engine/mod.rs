@@ -154,8 +154,7 @@ impl Engine {
             return Err(Error::DuplicateView(spec.name.clone()));
         }
         let name = spec.name.clone();
-        let (sources, eval) = self.planned(&spec)?;
-        check_names(&spec, layout.as_ref(), &sources, &eval.out_schema)?;
+        let (sources, eval) = self.planned(&spec, layout.as_ref())?;
         let bound = spec
             .window
             .as_ref()
@@ -307,15 +306,20 @@ impl Engine {
     /// its sources or its SQL, found without changing the engine.
     fn check_view(&self, spec: &ViewSpec) -> Result<()> {
         let (spec, layout, _) = lowered(spec.clone())?;
-        let (sources, eval) = self.planned(&spec)?;
-        check_names(&spec, layout.as_ref(), &sources, &eval.out_schema)
+        self.planned(&spec, layout.as_ref()).map(|_| ())
     }
 
-    /// `spec`'s sources, resolved against the views there are, and its SQL
-    /// planned over them.
-    fn planned(&self, spec: &ViewSpec) -> Result<(Vec<crate::paths::SourceInfo>, SqlEvaluator)> {
+    /// `spec`'s sources, resolved against the views there are, its SQL
+    /// planned over them, and the names of its output checked (`layout`: where
+    /// a window in the SQL shows its bounds; see [`check_names`]).
+    fn planned(
+        &self,
+        spec: &ViewSpec,
+        layout: Option<&crate::spec::window_sql::Layout>,
+    ) -> Result<(Vec<crate::paths::SourceInfo>, SqlEvaluator)> {
         let sources = input::resolve_sources(spec, &self.views)?;
         let eval = SqlEvaluator::new(&spec.name, &spec.sql, &sources, self.rt.clone())?;
+        check_names(spec, layout, &sources, &eval.out_schema)?;
         Ok((sources, eval))
     }
 
@@ -1480,9 +1484,6 @@ fn changed_parts(stored: &BTreeMap<String, String>, now: &BTreeMap<String, Strin
         .collect()
 }
 
-/// `spec` with a window its SQL declares taken out (the per-window query,
-/// the layout of the written query's columns, the query as written), and
-/// checked.
 /// Where a windowed view's output shows its windows ([`Engine::window_columns`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WindowColumns {
@@ -1567,6 +1568,9 @@ fn check_names(
     Ok(())
 }
 
+/// `spec` with a window its SQL declares taken out (the per-window query,
+/// the layout of the written query's columns, the query as written), and
+/// checked.
 fn lowered(
     spec: ViewSpec,
 ) -> Result<(
