@@ -270,13 +270,14 @@ fn text_of(stmt: &Stmt<'_>, ts: &[TokenWithSpan]) -> String {
 }
 
 /// A column's name as the view's SQL (DataFusion, like PostgreSQL) reads an
-/// identifier: as written in double quotes, else in lower case — so
-/// `CREATE SOURCE s (Auction BIGINT, …)` declares `auction`, which
-/// `SELECT Auction` finds, and `"Auction"` declares `Auction`.
+/// identifier: as written in double quotes, else with its ASCII letters in
+/// lower case (DataFusion leaves `Ü` as it is) — so `CREATE SOURCE s
+/// (Auction BIGINT, …)` declares `auction`, which `SELECT Auction` finds,
+/// and `"Auction"` declares `Auction`.
 fn ident(w: &Word) -> String {
     match w.quote_style {
         Some(_) => w.value.clone(),
-        None => w.value.to_lowercase(),
+        None => w.value.to_ascii_lowercase(),
     }
 }
 

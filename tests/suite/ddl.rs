@@ -331,6 +331,23 @@ fn column_names_are_read_as_the_views_sql_reads_them() {
         emitted += x.output_rows();
     }
     assert!(emitted > 20, "the stream closed windows: {emitted} rows");
+    // DataFusion lower-cases the ASCII letters of a name only: `Ünit` is
+    // `Ünit` to the view, and so to the source (it declared `ünit`, which the
+    // view could not find)
+    let mut e = Engine::builder().build().expect("engine");
+    e.execute_sql(
+        "CREATE SOURCE s (Ünit BIGINT, Ts TIMESTAMP, WATERMARK FOR ts AS ts);
+         CREATE VIEW u WITH (output = 'update') AS SELECT ÜNIT, COUNT(*) AS n FROM s GROUP BY Ünit",
+    )
+    .expect("a name with a non-ASCII letter");
+    let names: Vec<String> = e
+        .output_schema("u")
+        .expect("schema")
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names, ["Ünit", "n", "final"]);
 }
 
 /// A pipeline whose second view the engine refuses (its query names no such
