@@ -5,7 +5,7 @@
 //! ```text
 //! cargo bench --bench nexmark -- [--query q5[,q7…]] [--path incremental|recompute|both]
 //!     [--workers 1[,2]] [--events N] [--rows-per-trigger N] [--check-events N]
-//!     [--output update|append]
+//!     [--output update|append] [--repeat N]
 //! ```
 //!
 //! Update mode is the default: every trigger emits the windows' changed rows,
@@ -21,7 +21,10 @@
 //! Per run it prints the path (with the reason for recompute), events/s per
 //! core (events over the run's wall time, divided by the workers), and p50
 //! and p99 of the time per trigger (push + trigger); then each query's
-//! incremental / recompute ratio at 1 worker.
+//! incremental / recompute ratio at 1 worker. This machine is shared and
+//! noisy: `--repeat N` runs N rounds, each running every chosen path once in
+//! turn (so a slow spell falls on both), and gives the ratio of the medians
+//! with the range of the rounds' own ratios.
 
 #![allow(missing_docs)]
 
@@ -61,7 +64,7 @@ fn canon(batches: &[arrow::array::RecordBatch]) -> Vec<String> {
 
 const USAGE: &str = "usage: nexmark [--query q5[,q7…]] [--path incremental|recompute|both]
     [--workers 1[,2]] [--events N] [--rows-per-trigger N] [--check-events N]
-    [--output update|append]
+    [--output update|append] [--repeat N]
 queries: see benches/nexmark/*.sql";
 
 struct Args {
@@ -72,6 +75,8 @@ struct Args {
     per: usize,
     check: usize,
     output: thund::OutputMode,
+    /// Rounds: each runs every chosen path and worker count once.
+    repeat: usize,
 }
 
 fn args() -> Args {
@@ -83,6 +88,7 @@ fn args() -> Args {
         per: 10_000,
         check: 20_000,
         output: thund::OutputMode::Update,
+        repeat: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -114,6 +120,7 @@ fn args() -> Args {
             "--workers" => a.workers = value().split(',').map(|w| count(w.to_string())).collect(),
             "--events" => a.events = count(value()),
             "--rows-per-trigger" => a.per = count(value()),
+            "--repeat" => a.repeat = count(value()),
             "--check-events" => {
                 let v = value();
                 a.check = v
@@ -165,11 +172,55 @@ fn pct(v: &mut [Duration], p: f64) -> Duration {
     v[((v.len() - 1) as f64 * p) as usize]
 }
 
+/// One run of query `q` on `mode` with `w` workers: events/s per core, and
+/// the table row to print.
+fn run(q: &str, mode: ExecMode, w: usize, a: &Args, triggers: &[data::Trigger]) -> (f64, String) {
+    let (mut e, view, sources) = data::engine(q, mode, w, Some(a.output));
+    let plan = e.plan(&view).expect("plan").clone();
+    let mut lat = Vec::with_capacity(triggers.len());
+    let start = Instant::now();
+    for t in triggers {
+        let s = Instant::now();
+        data::step(&mut e, t, &sources);
+        lat.push(s.elapsed());
+    }
+    e.finish().expect("finish");
+    let secs = start.elapsed().as_secs_f64();
+    let per_core = a.events as f64 / secs / w as f64;
+    let row = format!(
+        "| {q} | {} | {w} | {:.0} | {:.2?} | {:.2?} | {} |",
+        if mode == ExecMode::Recompute {
+            "recompute (forced)".to_string()
+        } else {
+            plan.path().to_string()
+        },
+        per_core,
+        pct(&mut lat, 0.5),
+        pct(&mut lat, 0.99),
+        plan.reason().map(|r| r.to_string()).unwrap_or_default()
+    );
+    (per_core, row)
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    (v[(n - 1) / 2] + v[n / 2]) / 2.0
+}
+
 fn main() {
     let a = args();
     println!(
-        "Nexmark: {} events, {} events per trigger, {:?} mode, checked on the first {} events",
-        a.events, a.per, a.output, a.check
+        "Nexmark: {} events, {} events per trigger, {:?} mode, checked on the first {} events{}",
+        a.events,
+        a.per,
+        a.output,
+        a.check,
+        match a.repeat {
+            1 => String::new(),
+            n => format!(", {n} rounds (the paths alternate within each)"),
+        }
     );
     let check_triggers = data::triggers(a.check, 10_000, a.per);
     let triggers = data::triggers(a.events, 10_000, a.per);
@@ -180,45 +231,42 @@ fn main() {
     let mut ratios = Vec::new();
     for q in &a.queries {
         check(q, &check_triggers, a.output);
-        let mut at_one: [Option<f64>; 2] = [None, None];
-        for &mode in &a.paths {
-            for &w in &a.workers {
-                let (mut e, view, sources) = data::engine(q, mode, w, Some(a.output));
-                let plan = e.plan(&view).expect("plan").clone();
-                let mut lat = Vec::with_capacity(triggers.len());
-                let start = Instant::now();
-                for t in &triggers {
-                    let s = Instant::now();
-                    data::step(&mut e, t, &sources);
-                    lat.push(s.elapsed());
+        // events/s per core at 1 worker, by path (incremental, recompute), one per round
+        let mut at_one: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for _ in 0..a.repeat {
+            for &mode in &a.paths {
+                for &w in &a.workers {
+                    let (per_core, row) = run(q, mode, w, &a, &triggers);
+                    if w == 1 {
+                        at_one[usize::from(mode == ExecMode::Recompute)].push(per_core);
+                    }
+                    println!("{row}");
                 }
-                e.finish().expect("finish");
-                let secs = start.elapsed().as_secs_f64();
-                let per_core = a.events as f64 / secs / w as f64;
-                if w == 1 {
-                    at_one[usize::from(mode == ExecMode::Recompute)] = Some(per_core);
-                }
-                println!(
-                    "| {q} | {} | {w} | {:.0} | {:.2?} | {:.2?} | {} |",
-                    if mode == ExecMode::Recompute {
-                        "recompute (forced)".to_string()
-                    } else {
-                        plan.path().to_string()
-                    },
-                    per_core,
-                    pct(&mut lat, 0.5),
-                    pct(&mut lat, 0.99),
-                    plan.reason().map(|r| r.to_string()).unwrap_or_default()
-                );
             }
         }
-        if let [Some(i), Some(r)] = at_one {
-            ratios.push(format!("{q} {:.2}x", i / r));
+        let [inc, rec] = &mut at_one;
+        if !inc.is_empty() && !rec.is_empty() {
+            // each round's ratio (the paths ran side by side), and the medians' ratio
+            let each: Vec<f64> = inc.iter().zip(rec.iter()).map(|(i, r)| i / r).collect();
+            let (lo, hi) = each
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+            ratios.push(match each.len() {
+                1 => format!("{q} {:.2}x", each[0]),
+                _ => format!(
+                    "{q} {:.2}x (rounds {lo:.2}-{hi:.2})",
+                    median(inc) / median(rec)
+                ),
+            });
         }
     }
     if !ratios.is_empty() {
         println!(
-            "auto / forced recompute, events/s at 1 worker: {}",
+            "auto / forced recompute, events/s at 1 worker{}: {}",
+            match a.repeat {
+                1 => "",
+                _ => " (median over rounds)",
+            },
             ratios.join(", ")
         );
     }
