@@ -283,12 +283,16 @@ fn ident(w: &Word) -> String {
 
 /// A duration option or interval text (`'30s'`, `'4' SECOND` is handled by the watermark).
 fn duration(stmt: &Stmt<'_>, at: Location, what: &str, v: &str) -> Result<Duration> {
-    super::duration::parse(v).map_err(|b| match b {
+    let d = super::duration::parse(v).map_err(|b| match b {
         super::duration::Bad::Parse(e) => {
             err(stmt, at, format!("{what} `{v}` is not a duration ({e})"))
         }
         b => err(stmt, at, format!("{what} `{v}`: {b}")),
-    })
+    })?;
+    match super::too_large(d) {
+        Some(m) => Err(err(stmt, at, format!("{what} `{v}` {m}"))),
+        None => Ok(d),
+    }
 }
 
 /// `WATERMARK FOR col AS col [- INTERVAL '…' UNIT]`: the column and the lateness.

@@ -363,10 +363,21 @@ fn check_ms(view: &str, field: &str, d: Duration, zero_ok: bool) -> Result<()> {
             format!("{field} must be a whole number of milliseconds"),
         ));
     }
-    if d.as_millis() > (i64::MAX / 4) as u128 {
-        return Err(Error::spec(view, format!("{field} is too large")));
+    if let Some(m) = too_large(d) {
+        return Err(Error::spec(view, format!("{field} {m}")));
     }
     Ok(())
+}
+
+/// The longest duration a spec takes, in milliseconds: a quarter of
+/// `i64::MAX` (about 73 million years), so that event times plus or minus
+/// a window, a slide and a delay stay within `i64`.
+pub(crate) const MAX_MS: u128 = (i64::MAX / 4) as u128;
+
+/// What is wrong with `d` if it is longer than [`MAX_MS`].
+pub(crate) fn too_large(d: Duration) -> Option<String> {
+    (d.as_millis() > MAX_MS)
+        .then(|| format!("is too large (at most {MAX_MS} ms, about 73 million years)"))
 }
 
 /// The most hopping windows one row may be in (`size / slide`, rounded

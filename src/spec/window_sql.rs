@@ -377,6 +377,9 @@ pub(super) fn interval_value(e: &Expr) -> std::result::Result<Duration, String> 
             "`{e}` must be a positive whole number of milliseconds"
         )));
     }
+    if let Some(m) = super::too_large(d) {
+        return Err(format!("`{e}` {m}"));
+    }
     Ok(d)
 }
 

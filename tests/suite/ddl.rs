@@ -180,6 +180,20 @@ fn malformed_ddl_names_the_statement_and_the_token() {
             (1, 65),
             &["idle_timeout `1 month`", "not a fixed duration"],
         ),
+        // too long: named in the statement that says it, not as a spec field
+        // of the view that reads the source
+        (
+            "CREATE SOURCE bids (ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '9999999999999' DAY);\n\
+             CREATE VIEW v AS SELECT COUNT(*) AS c FROM bids",
+            (1, 60),
+            &["statement 1", "the watermark's interval", "is too large"],
+        ),
+        (
+            "CREATE SOURCE bids (ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (idle_timeout = '9999999999999d');\n\
+             CREATE VIEW v AS SELECT COUNT(*) AS c FROM bids",
+            (1, 65),
+            &["statement 1", "idle_timeout `9999999999999d` is too large"],
+        ),
         // unquoted names are read in lower case, as the view's SQL reads them
         (
             "CREATE SOURCE bids (auction BIGINT, Auction BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts);",

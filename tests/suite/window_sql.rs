@@ -414,6 +414,28 @@ fn malformed_window_calls_name_the_call_and_its_position() {
             None,
             &["whole milliseconds"],
         ),
+        // a size past the longest duration a spec takes, in each call, with
+        // its position (the spec's own check named no call)
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '9999999999999' DAY)",
+            None,
+            &["`INTERVAL '9999999999999' DAY` is too large", "line 1, column 50"],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM HOP(t, ts, INTERVAL '1' SECOND, INTERVAL '9999999999999' DAY)",
+            None,
+            &["is too large", "line 1, column 68"],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM SESSION(t, ts, INTERVAL '9999999999999' DAY)",
+            None,
+            &["is too large", "SESSION"],
+        ),
+        (
+            "SELECT k, COUNT(*) AS c FROM t GROUP BY k, date_bin(INTERVAL '9999999999999 days', ts)",
+            None,
+            &["is too large", "date_bin"],
+        ),
         (
             "SELECT COUNT(*) AS c FROM HOP(t, ts, INTERVAL '10' SECOND, INTERVAL '2' SECOND)",
             None,
