@@ -458,9 +458,10 @@ fn source(c: &mut Cursor<'_, '_>, name: String) -> Result<(SourceSpec, Watermark
     Ok((SourceSpec::new(&name, &event_time, schema), mark))
 }
 
-/// The tables a query reads (a window function, `TUMBLE(bids, …)`, reads
-/// its first argument).
-fn tables_read(query: &str) -> HashSet<String> {
+/// The tables a query reads (a window function, `TUMBLE(bids, …)` or
+/// Flink's `TUMBLE(TABLE bids, …)`, reads its first argument), or the
+/// parser's error.
+fn tables_read(query: &str) -> std::result::Result<HashSet<String>, String> {
     use datafusion::sql::sqlparser::ast::Visit;
     struct Tables(HashSet<String>);
     impl datafusion::sql::sqlparser::ast::Visitor for Tables {
@@ -479,10 +480,11 @@ fn tables_read(query: &str) -> HashSet<String> {
         }
     }
     let mut t = Tables(HashSet::new());
-    if let Ok(stmts) = Parser::parse_sql(&GenericDialect {}, query) {
-        let _ = stmts.visit(&mut t);
-    }
-    t.0
+    let flink = super::window_sql::flink_arguments(query);
+    let stmts = Parser::parse_sql(&GenericDialect {}, flink.as_deref().unwrap_or(query))
+        .map_err(|e| e.to_string())?;
+    let _ = stmts.visit(&mut t);
+    Ok(t.0)
 }
 
 /// `CREATE VIEW …` after its name.
@@ -568,7 +570,14 @@ fn view(
     if sql.trim().is_empty() {
         return c.fail("the view has no query after AS");
     }
-    let read = tables_read(&sql);
+    // (a query that does not parse reads no source it could name)
+    let read = tables_read(&sql).map_err(|e| {
+        err(
+            stmt,
+            at,
+            format!("the query does not parse ({e}; counted from the query's start)"),
+        )
+    })?;
     let mine: Vec<&(SourceSpec, WatermarkSpec)> = sources
         .iter()
         .filter(|(s, _)| read.contains(&s.name.to_ascii_lowercase()))

@@ -11,6 +11,8 @@
 //! * `TUMBLE(source, time, size)`, `HOP(source, time, slide, size)` and
 //!   `SESSION(source, time, gap)`, where `time` is the source's event-time
 //!   column; a session's key is the query's other `GROUP BY` columns.
+//! * Flink's spelling of the first two arguments, `TABLE source` and
+//!   `DESCRIPTOR(time)`, reads as the plain names ([`flink_arguments`]).
 //! * `date_bin(INTERVAL …, time)` in `GROUP BY`: a tumbling window, whose
 //!   start the select list may show under any name.
 //!
@@ -35,6 +37,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer};
 
 use crate::error::{Error, Result};
 use crate::spec::{
@@ -145,9 +148,12 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
     if !FUNCTIONS.iter().any(|f| upper.contains(f)) && !upper.contains("DATE_BIN") {
         return Ok(None);
     }
+    let flink = flink_arguments(&spec.sql);
     // SQL this parser does not take declares no window here; planning
     // reports what is wrong with it, in DataFusion's words
-    let Ok(mut stmts) = Parser::parse_sql(&GenericDialect {}, &spec.sql) else {
+    let Ok(mut stmts) =
+        Parser::parse_sql(&GenericDialect {}, flink.as_deref().unwrap_or(&spec.sql))
+    else {
         return Ok(None);
     };
     let [Statement::Query(q)] = stmts.as_mut_slice() else {
@@ -210,6 +216,67 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
         },
         written: spec.sql.clone(),
     }))
+}
+
+/// `sql` with Flink's spelling of a window call's first two arguments,
+/// `TUMBLE(TABLE bids, DESCRIPTOR(ts), …)`, read as the plain names
+/// `TUMBLE(bids, ts, …)`: the word `TABLE`, the word `DESCRIPTOR` and its
+/// parentheses are blanked out, so every other token keeps its line and
+/// column (and errors point where the user wrote). `None` if no call is
+/// spelled so.
+pub(crate) fn flink_arguments(sql: &str) -> Option<String> {
+    let tokens = Tokenizer::new(&GenericDialect {}, sql)
+        .tokenize_with_location()
+        .ok()?;
+    let sig: Vec<&TokenWithSpan> = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+        .collect();
+    let token = |i: usize| sig.get(i).map(|t| &t.token);
+    let word = |i: usize, w: &str| matches!(token(i), Some(Token::Word(x)) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+    let name = |i: usize| matches!(token(i), Some(Token::Word(_)));
+    let mut blank: Vec<Span> = Vec::new();
+    let mut i = 0;
+    while i < sig.len() {
+        if !(FUNCTIONS.iter().any(|f| word(i, f)) && token(i + 1) == Some(&Token::LParen)) {
+            i += 1;
+            continue;
+        }
+        let mut j = i + 2;
+        if word(j, "TABLE") && name(j + 1) && token(j + 2) == Some(&Token::Comma) {
+            blank.push(sig[j].span);
+            j += 1;
+        }
+        // (the source's name, its comma)
+        j += 2;
+        if word(j, "DESCRIPTOR")
+            && token(j + 1) == Some(&Token::LParen)
+            && name(j + 2)
+            && token(j + 3) == Some(&Token::RParen)
+        {
+            blank.extend([sig[j].span, sig[j + 1].span, sig[j + 3].span]);
+        }
+        i = j;
+    }
+    if blank.is_empty() {
+        return None;
+    }
+    // (the blanked tokens are ASCII: one space a character keeps the columns)
+    let (mut line, mut column) = (1u64, 1u64);
+    let mut out = String::with_capacity(sql.len());
+    for ch in sql.chars() {
+        let at = (line, column);
+        let blanked = blank
+            .iter()
+            .any(|s| (s.start.line, s.start.column) <= at && at < (s.end.line, s.end.column));
+        out.push(if blanked { ' ' } else { ch });
+        if ch == '\n' {
+            (line, column) = (line + 1, 1);
+        } else {
+            column += 1;
+        }
+    }
+    Some(out)
 }
 
 /// The window's time column must be its source's event time.

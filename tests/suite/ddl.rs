@@ -230,6 +230,16 @@ fn malformed_ddl_names_the_statement_and_the_token() {
             (2, 18),
             &["reads no declared source", "declared before it: bids"],
         ),
+        // a query that does not parse says so (it named no source before):
+        // Flink's `PARTITION BY` in a session's call is not taken
+        (
+            &format!(
+                "{good_source}CREATE VIEW v AS SELECT COUNT(*) AS c \
+                 FROM SESSION(TABLE bids PARTITION BY auction, DESCRIPTOR(ts), INTERVAL '1' SECOND)"
+            ),
+            (2, 18),
+            &["the query does not parse", "found: bids", "counted from the query's start"],
+        ),
         // a view before its source, as a second text without its sources
         // would be: the source it reads is not declared yet
         (

@@ -596,6 +596,66 @@ fn interval_units_read_in_any_case_equal_the_spec() {
     }
 }
 
+/// Flink's spelling of a window call's first two arguments, `TABLE t` and
+/// `DESCRIPTOR(ts)` (any case, any spacing), is the plain one: the same rows
+/// on both paths, through the spec and through DDL; an error further on in
+/// the call points at the column where the user wrote it.
+#[test]
+fn flinks_table_and_descriptor_arguments_read_as_the_plain_names() {
+    for win in [
+        Win::Tumble(2_000),
+        Win::Hop {
+            size: 3_000,
+            slide: 1_000,
+        },
+        Win::Session(500),
+    ] {
+        let sql = |call: &str| {
+            format!(
+                "SELECT window_start, window_end, k, COUNT(*) AS c, SUM(v) AS s \
+                 FROM {call} GROUP BY k, window_start, window_end"
+            )
+        };
+        let plain = win.call();
+        let flink = plain.replacen("(t, ts,", "( TABLE t ,descriptor (ts),", 1);
+        assert_ne!(plain, flink, "{plain}");
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let run = |call: &str| {
+                let spec = ViewSpec::builder("v", &sql(call))
+                    .source("t", "ts", common::schema())
+                    .mode(exec)
+                    .build()
+                    .expect("spec");
+                let mut e = Engine::builder().build().expect("engine");
+                e.create_view(spec).expect("view");
+                canon(&run_rows(&mut e, "v"))
+            };
+            let want = run(&plain);
+            assert!(want.len() > 3, "{plain}: several windows close: {want:?}");
+            assert_eq!(run(&flink), want, "{flink} on {exec:?}");
+        }
+        // through DDL, whose check of the sources read parses the query too
+        let ddl = |call: &str| {
+            let mut e = Engine::builder().build().expect("engine");
+            e.execute_sql(&format!(
+                "CREATE SOURCE t (k BIGINT, g VARCHAR, v BIGINT, f DOUBLE, ts TIMESTAMP, \
+                 d DECIMAL(10, 2), WATERMARK FOR ts AS ts);\nCREATE VIEW v AS {}",
+                sql(call)
+            ))
+            .unwrap_or_else(|e| panic!("{call}: {e}"));
+            canon(&run_rows(&mut e, "v"))
+        };
+        assert_eq!(ddl(&flink), ddl(&plain), "{flink} through DDL");
+    }
+    let bad = "SELECT COUNT(*) AS c FROM TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MONTH)";
+    let column = bad.find("'1'").expect("literal") + 1;
+    let msg = refused(bad, None);
+    assert!(
+        msg.contains("not a fixed duration") && msg.contains(&format!("line 1, column {column}")),
+        "{msg}"
+    );
+}
+
 /// A hopping window puts each row in up to ⌈size / slide⌉ windows, each a
 /// result of its own: up to a million are taken, in either spelling, and
 /// more are refused when the view is declared, naming the count (1 ms every
