@@ -8,9 +8,10 @@
 //! GROUP BY auction, window_start, window_end
 //! ```
 //!
-//! * `TUMBLE(source, time, size)`, `HOP(source, time, slide, size)` and
-//!   `SESSION(source, time, gap)`, where `time` is the source's event-time
-//!   column; a session's key is the query's other `GROUP BY` columns.
+//! * `TUMBLE(source, time, size [, offset])`, `HOP(source, time, slide, size
+//!   [, offset])` and `SESSION(source, time, gap)`, where `time` is the
+//!   source's event-time column; a session's key is the query's other
+//!   `GROUP BY` columns.
 //! * Flink's spelling of the first two arguments, `TABLE source` and
 //!   `DESCRIPTOR(time)`, reads as the plain names ([`flink_arguments`]).
 //! * `date_bin(INTERVAL …, time)` in `GROUP BY`: a tumbling window, whose
@@ -135,6 +136,9 @@ struct Declared {
     source: Option<String>,
     time: String,
     kind: WindowKind,
+    /// Flink's optional last argument of `TUMBLE` and `HOP`: the windows
+    /// shifted from the Unix epoch's grid by this much.
+    offset: Duration,
 }
 
 /// The window functions, upper-case.
@@ -174,7 +178,7 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
     if let Some(other) = r
         .declared
         .iter()
-        .find(|d| d.kind != first.kind || d.time != first.time)
+        .find(|d| d.kind != first.kind || d.time != first.time || d.offset != first.offset)
     {
         return Err(Error::spec(
             view,
@@ -202,7 +206,7 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
     out.sql = q.to_string();
     out.window = Some(WindowSpec {
         kind: first.kind,
-        offset: Duration::ZERO,
+        offset: first.offset,
     });
     Ok(Some(Lowered {
         spec: out,
@@ -658,15 +662,23 @@ impl Rewriter<'_> {
                         ))),
                     })
                     .collect::<Result<_>>()?;
-                let want = if fname == "HOP" { 4 } else { 3 };
-                let usage = match fname.as_str() {
-                    "TUMBLE" => "TUMBLE(source, time_column, INTERVAL size)",
-                    "HOP" => "HOP(source, time_column, INTERVAL slide, INTERVAL size)",
-                    _ => "SESSION(source, time_column, INTERVAL gap)",
+                // (the most arguments: the last one, Flink's offset, may be left out)
+                let (want, usage) = match fname.as_str() {
+                    "TUMBLE" => (4, "TUMBLE(source, time_column, INTERVAL size [, INTERVAL offset])"),
+                    "HOP" => (
+                        5,
+                        "HOP(source, time_column, INTERVAL slide, INTERVAL size [, INTERVAL offset])",
+                    ),
+                    _ => (3, "SESSION(source, time_column, INTERVAL gap)"),
                 };
-                if args.len() != want {
+                let least = if fname == "SESSION" { want } else { want - 1 };
+                if args.len() < least || args.len() > want {
+                    let count = match least == want {
+                        true => format!("{want}"),
+                        false => format!("{least} or {want}"),
+                    };
                     return Err(
-                        self.err(format!("`{text}` ({at}) takes {want} arguments: {usage}"))
+                        self.err(format!("`{text}` ({at}) takes {count} arguments: {usage}"))
                     );
                 }
                 let (Some(source), Some(time)) = (ident_of(args[0]), ident_of(args[1])) else {
@@ -676,6 +688,10 @@ impl Rewriter<'_> {
                     )));
                 };
                 let what = format!("`{text}`");
+                let offset = match args.len() == want && fname != "SESSION" {
+                    true => interval(self.view, &what, args[want - 1])?,
+                    false => Duration::ZERO,
+                };
                 let kind = match fname.as_str() {
                     "TUMBLE" => WindowKind::Tumbling {
                         size: interval(self.view, &what, args[2])?,
@@ -724,6 +740,7 @@ impl Rewriter<'_> {
                     source: Some(source),
                     time,
                     kind,
+                    offset,
                 });
                 Ok(Some(self.declared.len() - 1))
             }
@@ -781,7 +798,8 @@ impl Rewriter<'_> {
         if args.len() != 2 {
             return Err(self.err(format!(
                 "`{text}` ({at}): date_bin takes (INTERVAL size, time_column); an origin is \
-                 not taken (use the spec's window offset)"
+                 not taken (for windows shifted from the epoch's grid, write \
+                 TUMBLE(source, time_column, INTERVAL size, INTERVAL offset))"
             )));
         }
         let Some(time) = ident_of(args[1]) else {
@@ -796,6 +814,7 @@ impl Rewriter<'_> {
             source: None,
             time,
             kind: WindowKind::Tumbling { size },
+            offset: Duration::ZERO,
         });
         Ok(())
     }

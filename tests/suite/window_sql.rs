@@ -445,9 +445,27 @@ fn malformed_window_calls_name_the_call_and_its_position() {
             "SELECT COUNT(*) AS c FROM TUMBLE(t, ts)",
             None,
             &[
-                "takes 3 arguments",
-                "TUMBLE(source, time_column, INTERVAL size)",
+                "takes 3 or 4 arguments",
+                "TUMBLE(source, time_column, INTERVAL size [, INTERVAL offset])",
             ],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM SESSION(t, ts, INTERVAL '1' SECOND, INTERVAL '1' SECOND)",
+            None,
+            &["takes 3 arguments", "SESSION(source, time_column, INTERVAL gap)"],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1' SECOND, INTERVAL '1' MONTH)",
+            None,
+            &["not a fixed duration", "line 1, column 71"],
+        ),
+        // one window: the same size with another offset is another window
+        (
+            "SELECT a.c FROM (SELECT COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1' SECOND)) AS a \
+             JOIN (SELECT COUNT(*) AS d FROM TUMBLE(t, ts, INTERVAL '1' SECOND, INTERVAL '1' MILLISECOND)) \
+             AS b ON a.c = b.d",
+            None,
+            &["two different windows", "INTERVAL '1' MILLISECOND"],
         ),
         (
             "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, 1000)",
@@ -654,6 +672,63 @@ fn flinks_table_and_descriptor_arguments_read_as_the_plain_names() {
         msg.contains("not a fixed duration") && msg.contains(&format!("line 1, column {column}")),
         "{msg}"
     );
+}
+
+/// Flink's optional last argument of `TUMBLE` and `HOP`, the offset, is the
+/// spec's `offset`: the same rows on both paths, and not those of the grid
+/// it shifts.
+#[test]
+fn an_offset_argument_equals_the_spec_offset() {
+    let ms = Duration::from_millis;
+    for (call, unshifted, window) in [
+        (
+            "TUMBLE(t, ts, INTERVAL '2' SECOND, INTERVAL '500' MILLISECOND)",
+            "TUMBLE(t, ts, INTERVAL '2' SECOND)",
+            WindowSpec::tumbling(ms(2_000)).with_offset(ms(500)),
+        ),
+        // an offset beyond the size shifts by its remainder
+        (
+            "TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '2300' MILLISECOND)",
+            "TUMBLE(t, ts, INTERVAL '2' SECOND)",
+            WindowSpec::tumbling(ms(2_000)).with_offset(ms(2_300)),
+        ),
+        (
+            "HOP(t, ts, INTERVAL '1' SECOND, INTERVAL '3' SECOND, INTERVAL '300' MILLISECOND)",
+            "HOP(t, ts, INTERVAL '1' SECOND, INTERVAL '3' SECOND)",
+            WindowSpec::hopping(ms(3_000), ms(1_000)).with_offset(ms(300)),
+        ),
+    ] {
+        let sql = |call: &str| {
+            format!(
+                "SELECT window_start, window_end, k, COUNT(*) AS c, SUM(v) AS s \
+                 FROM {call} GROUP BY k, window_start, window_end"
+            )
+        };
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let run = |sql: &str, window: Option<WindowSpec>| {
+                let mut b = ViewSpec::builder("v", sql)
+                    .source("t", "ts", common::schema())
+                    .mode(exec);
+                if let Some(w) = window {
+                    b = b.window(w);
+                }
+                let mut e = Engine::builder().build().expect("engine");
+                e.create_view(b.build().expect("spec")).expect("view");
+                canon(&run_rows(&mut e, "v"))
+            };
+            let want = run(
+                "SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k",
+                Some(window.clone()),
+            );
+            assert!(want.len() > 3, "{call}: several windows close: {want:?}");
+            assert_eq!(run(&sql(call), None), want, "{call} on {exec:?}");
+            assert_ne!(
+                run(&sql(unshifted), None),
+                want,
+                "{call} shifts its windows"
+            );
+        }
+    }
 }
 
 /// A hopping window puts each row in up to ⌈size / slide⌉ windows, each a
