@@ -14,7 +14,8 @@
 //!   `GROUP BY` columns.
 //! * Flink's spelling of the first two arguments, `TABLE source` and
 //!   `DESCRIPTOR(time)`, reads as the plain names ([`flink_arguments`]).
-//! * `date_bin(INTERVAL …, time)` in `GROUP BY`: a tumbling window, whose
+//! * `date_bin(INTERVAL …, time [, origin])` in `GROUP BY`: a tumbling
+//!   window (offset by the origin's time modulo the size), whose
 //!   start the select list may show under any name.
 //!
 //! Within one window, `window_start` and `window_end` are constants, so the
@@ -220,6 +221,36 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
         },
         written: spec.sql.clone(),
     }))
+}
+
+/// The offset from the epoch's grid of `date_bin`'s bins of `size` that
+/// start at `origin` (`TIMESTAMP '2001-01-01'`, or a quoted time alone), as
+/// PostgreSQL and Materialize align them: the origin's time modulo the size.
+/// What is wrong with `origin` otherwise.
+fn origin_offset(origin: &Expr, size: Duration) -> std::result::Result<Duration, String> {
+    let text = match origin {
+        Expr::TypedString(t) => {
+            let ty = t.data_type.to_string().to_ascii_uppercase();
+            match ty.starts_with("TIMESTAMP") || ty.starts_with("DATETIME") || ty == "DATE" {
+                true => t.value.value.clone().into_string(),
+                false => None,
+            }
+        }
+        Expr::Value(v) => v.value.clone().into_string(),
+        _ => None,
+    }
+    .ok_or_else(|| format!("`{origin}` is not a literal timestamp"))?;
+    let nanos = arrow::compute::kernels::cast_utils::string_to_timestamp_nanos(&text)
+        .map_err(|e| format!("`{origin}` is not a timestamp ({e})"))?;
+    if nanos % 1_000_000 != 0 {
+        return Err(format!(
+            "`{origin}` is not a whole millisecond (event times are whole milliseconds)"
+        ));
+    }
+    let size_ms = i64::try_from(size.as_millis()).map_err(|_| "size too large".to_string())?;
+    Ok(Duration::from_millis(
+        (nanos / 1_000_000).rem_euclid(size_ms.max(1)) as u64,
+    ))
 }
 
 /// `sql` with Flink's spelling of a window call's first two arguments,
@@ -522,9 +553,17 @@ impl Rewriter<'_> {
         ) else {
             return false;
         };
-        args.len() == 2
+        let offset = match args.get(2) {
+            None => Duration::ZERO,
+            Some(origin) => match origin_offset(origin, size) {
+                Ok(o) => o,
+                Err(_) => return false,
+            },
+        };
+        args.len() <= 3
             && self.declared.iter().any(|d| {
                 d.time.eq_ignore_ascii_case(&time)
+                    && d.offset == offset
                     && matches!(d.kind, WindowKind::Tumbling { size: s } if s == size)
             })
     }
@@ -795,11 +834,9 @@ impl Rewriter<'_> {
         let text = f.to_string();
         let at = position(f);
         let args = call_args(self.view, f, "date_bin")?;
-        if args.len() != 2 {
+        if !(2..=3).contains(&args.len()) {
             return Err(self.err(format!(
-                "`{text}` ({at}): date_bin takes (INTERVAL size, time_column); an origin is \
-                 not taken (for windows shifted from the epoch's grid, write \
-                 TUMBLE(source, time_column, INTERVAL size, INTERVAL offset))"
+                "`{text}` ({at}): date_bin takes (INTERVAL size, time_column [, TIMESTAMP origin])"
             )));
         }
         let Some(time) = ident_of(args[1]) else {
@@ -808,13 +845,18 @@ impl Rewriter<'_> {
             )));
         };
         let size = interval(self.view, &format!("`{text}`"), args[0])?;
+        let offset = match args.get(2) {
+            None => Duration::ZERO,
+            Some(origin) => origin_offset(origin, size)
+                .map_err(|m| self.err(format!("`{text}` ({at}): the origin {m}")))?,
+        };
         self.declared.push(Declared {
             text,
             at,
             source: None,
             time,
             kind: WindowKind::Tumbling { size },
-            offset: Duration::ZERO,
+            offset,
         });
         Ok(())
     }

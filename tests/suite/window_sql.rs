@@ -731,6 +731,62 @@ fn an_offset_argument_equals_the_spec_offset() {
     }
 }
 
+/// `date_bin`'s origin (PostgreSQL requires one) aligns its bins as the
+/// offset does: the origin's time modulo the size, however the origin is
+/// written, before or after the epoch; a select-list `date_bin` of another
+/// origin is another window, and an origin that is no timestamp is refused.
+#[test]
+fn a_date_bin_origin_is_an_offset() {
+    let by_offset = "SELECT window_start AS b, k, COUNT(*) AS c, SUM(v) AS s \
+        FROM TUMBLE(t, ts, INTERVAL '2' SECOND, INTERVAL '500' MILLISECOND) \
+        GROUP BY k, window_start, window_end";
+    for exec in [ExecMode::Auto, ExecMode::Recompute] {
+        let run = |sql: &str| {
+            let spec = ViewSpec::builder("v", sql)
+                .source("t", "ts", common::schema())
+                .mode(exec)
+                .build()
+                .expect("spec");
+            let mut e = Engine::builder().build().expect("engine");
+            e.create_view(spec).unwrap_or_else(|e| panic!("{sql}: {e}"));
+            canon(&run_rows(&mut e, "v"))
+        };
+        let want = run(by_offset);
+        assert!(want.len() > 3, "several windows close: {want:?}");
+        for origin in [
+            "TIMESTAMP '1970-01-01 00:00:00.500'",
+            "TIMESTAMP '2020-01-01T00:00:00.500'",
+            "'1969-12-31 23:59:58.500'",
+        ] {
+            let bin = format!("date_bin(INTERVAL '2 seconds', ts, {origin})");
+            let sql = format!(
+                "SELECT {bin} AS b, k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k, {bin}"
+            );
+            assert_eq!(run(&sql), want, "{origin} on {exec:?}");
+        }
+        let unshifted = "SELECT date_bin(INTERVAL '2 seconds', ts) AS b, k, COUNT(*) AS c, \
+            SUM(v) AS s FROM t GROUP BY k, date_bin(INTERVAL '2 seconds', ts)";
+        assert_ne!(run(unshifted), want, "the origin shifts the bins");
+    }
+    for (sql, wants) in [
+        (
+            "SELECT k, COUNT(*) AS c FROM t GROUP BY k, \
+             date_bin(INTERVAL '2 seconds', ts, TIMESTAMP 'yesterday')",
+            &["the origin `TIMESTAMP 'yesterday'` is not a timestamp"][..],
+        ),
+        (
+            "SELECT date_bin(INTERVAL '2 seconds', ts, TIMESTAMP '1970-01-01 00:00:01') AS b, \
+             COUNT(*) AS c FROM t GROUP BY date_bin(INTERVAL '2 seconds', ts)",
+            &["not the window the query declares"][..],
+        ),
+    ] {
+        let msg = refused(sql, None);
+        for w in wants {
+            assert!(msg.contains(w), "{sql}\n  {msg}\n  should contain: {w}");
+        }
+    }
+}
+
 /// A hopping window puts each row in up to ⌈size / slide⌉ windows, each a
 /// result of its own: up to a million are taken, in either spelling, and
 /// more are refused when the view is declared, naming the count (1 ms every
