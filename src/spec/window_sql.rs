@@ -247,9 +247,9 @@ fn origin_offset(origin: &Expr, size: Duration) -> std::result::Result<Duration,
             "`{origin}` is not a whole millisecond (event times are whole milliseconds)"
         ));
     }
-    let size_ms = i64::try_from(size.as_millis()).map_err(|_| "size too large".to_string())?;
+    // (`size` is an interval already checked: positive, at most `MAX_MS`)
     Ok(Duration::from_millis(
-        (nanos / 1_000_000).rem_euclid(size_ms.max(1)) as u64,
+        (nanos / 1_000_000).rem_euclid(super::ms(size).max(1)) as u64,
     ))
 }
 
