@@ -250,13 +250,26 @@ fn names(e: &Engine) -> Vec<String> {
 }
 
 fn engine_with(sql: &str, window: Option<WindowSpec>) -> Engine {
-    let mut b = ViewSpec::builder("v", sql).source("t", "ts", common::schema());
+    engine_on(sql, window, ExecMode::Auto)
+}
+
+/// An engine with view `v` of `sql` over `t`, on path `exec`.
+fn engine_on(sql: &str, window: Option<WindowSpec>, exec: ExecMode) -> Engine {
+    let mut b = ViewSpec::builder("v", sql)
+        .source("t", "ts", common::schema())
+        .mode(exec);
     if let Some(w) = window {
         b = b.window(w);
     }
     let mut e = Engine::builder().build().expect("engine");
-    e.create_view(b.build().expect("spec")).expect("view");
+    e.create_view(b.build().expect("spec"))
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
     e
+}
+
+/// Every row view `v` of `sql` emits over [`rows`], on path `exec`, canonical.
+fn rows_on(sql: &str, window: Option<WindowSpec>, exec: ExecMode) -> Vec<String> {
+    canon(&run_rows(&mut engine_on(sql, window, exec), "v"))
 }
 
 /// The select list decides where the bounds go and what they are called;
@@ -638,16 +651,7 @@ fn flinks_table_and_descriptor_arguments_read_as_the_plain_names() {
         let flink = plain.replacen("(t, ts,", "( TABLE t ,descriptor (ts),", 1);
         assert_ne!(plain, flink, "{plain}");
         for exec in [ExecMode::Auto, ExecMode::Recompute] {
-            let run = |call: &str| {
-                let spec = ViewSpec::builder("v", &sql(call))
-                    .source("t", "ts", common::schema())
-                    .mode(exec)
-                    .build()
-                    .expect("spec");
-                let mut e = Engine::builder().build().expect("engine");
-                e.create_view(spec).expect("view");
-                canon(&run_rows(&mut e, "v"))
-            };
+            let run = |call: &str| rows_on(&sql(call), None, exec);
             let want = run(&plain);
             assert!(want.len() > 3, "{plain}: several windows close: {want:?}");
             assert_eq!(run(&flink), want, "{flink} on {exec:?}");
@@ -705,25 +709,15 @@ fn an_offset_argument_equals_the_spec_offset() {
             )
         };
         for exec in [ExecMode::Auto, ExecMode::Recompute] {
-            let run = |sql: &str, window: Option<WindowSpec>| {
-                let mut b = ViewSpec::builder("v", sql)
-                    .source("t", "ts", common::schema())
-                    .mode(exec);
-                if let Some(w) = window {
-                    b = b.window(w);
-                }
-                let mut e = Engine::builder().build().expect("engine");
-                e.create_view(b.build().expect("spec")).expect("view");
-                canon(&run_rows(&mut e, "v"))
-            };
-            let want = run(
+            let want = rows_on(
                 "SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k",
                 Some(window.clone()),
+                exec,
             );
             assert!(want.len() > 3, "{call}: several windows close: {want:?}");
-            assert_eq!(run(&sql(call), None), want, "{call} on {exec:?}");
+            assert_eq!(rows_on(&sql(call), None, exec), want, "{call} on {exec:?}");
             assert_ne!(
-                run(&sql(unshifted), None),
+                rows_on(&sql(unshifted), None, exec),
                 want,
                 "{call} shifts its windows"
             );
@@ -741,16 +735,7 @@ fn a_date_bin_origin_is_an_offset() {
         FROM TUMBLE(t, ts, INTERVAL '2' SECOND, INTERVAL '500' MILLISECOND) \
         GROUP BY k, window_start, window_end";
     for exec in [ExecMode::Auto, ExecMode::Recompute] {
-        let run = |sql: &str| {
-            let spec = ViewSpec::builder("v", sql)
-                .source("t", "ts", common::schema())
-                .mode(exec)
-                .build()
-                .expect("spec");
-            let mut e = Engine::builder().build().expect("engine");
-            e.create_view(spec).unwrap_or_else(|e| panic!("{sql}: {e}"));
-            canon(&run_rows(&mut e, "v"))
-        };
+        let run = |sql: &str| rows_on(sql, None, exec);
         let want = run(by_offset);
         assert!(want.len() > 3, "several windows close: {want:?}");
         for origin in [
