@@ -701,20 +701,24 @@ impl Rewriter<'_> {
                         ))),
                     })
                     .collect::<Result<_>>()?;
-                // (the most arguments: the last one, Flink's offset, may be left out)
-                let (want, usage) = match fname.as_str() {
-                    "TUMBLE" => (4, "TUMBLE(source, time_column, INTERVAL size [, INTERVAL offset])"),
+                // (the fewest and most arguments: between them, Flink's offset)
+                let (least, most, usage) = match fname.as_str() {
+                    "TUMBLE" => (
+                        3,
+                        4,
+                        "TUMBLE(source, time_column, INTERVAL size [, INTERVAL offset])",
+                    ),
                     "HOP" => (
+                        4,
                         5,
                         "HOP(source, time_column, INTERVAL slide, INTERVAL size [, INTERVAL offset])",
                     ),
-                    _ => (3, "SESSION(source, time_column, INTERVAL gap)"),
+                    _ => (3, 3, "SESSION(source, time_column, INTERVAL gap)"),
                 };
-                let least = if fname == "SESSION" { want } else { want - 1 };
-                if args.len() < least || args.len() > want {
-                    let count = match least == want {
-                        true => format!("{want}"),
-                        false => format!("{least} or {want}"),
+                if !(least..=most).contains(&args.len()) {
+                    let count = match least == most {
+                        true => format!("{most}"),
+                        false => format!("{least} or {most}"),
                     };
                     return Err(
                         self.err(format!("`{text}` ({at}) takes {count} arguments: {usage}"))
@@ -727,8 +731,8 @@ impl Rewriter<'_> {
                     )));
                 };
                 let what = format!("`{text}`");
-                let offset = match args.len() == want && fname != "SESSION" {
-                    true => interval(self.view, &what, args[want - 1])?,
+                let offset = match args.len() > least {
+                    true => interval(self.view, &what, args[most - 1])?,
                     false => Duration::ZERO,
                 };
                 let kind = match fname.as_str() {
