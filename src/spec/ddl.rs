@@ -469,9 +469,13 @@ fn tables_read(query: &str) -> std::result::Result<HashSet<String>, String> {
         fn pre_visit_table_factor(&mut self, t: &TableFactor) -> ControlFlow<()> {
             if let TableFactor::Table { name, args, .. } = t {
                 let read = match args.as_ref().and_then(|a| a.args.first()) {
-                    Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(i)))) => {
-                        i.value.clone()
-                    }
+                    Some(
+                        FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(i)))
+                        | FunctionArg::Named {
+                            arg: FunctionArgExpr::Expr(Expr::Identifier(i)),
+                            ..
+                        },
+                    ) => i.value.clone(),
                     _ => name.to_string(),
                 };
                 self.0.insert(read.to_ascii_lowercase());
@@ -481,8 +485,8 @@ fn tables_read(query: &str) -> std::result::Result<HashSet<String>, String> {
     }
     let mut t = Tables(HashSet::new());
     let flink = super::window_sql::flink_arguments(query);
-    let stmts = Parser::parse_sql(&GenericDialect {}, flink.as_deref().unwrap_or(query))
-        .map_err(|e| e.to_string())?;
+    let text = flink.as_ref().map_or(query, |f| f.sql.as_str());
+    let stmts = Parser::parse_sql(&GenericDialect {}, text).map_err(|e| e.to_string())?;
     let _ = stmts.visit(&mut t);
     Ok(t.0)
 }

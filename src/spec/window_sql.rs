@@ -12,8 +12,11 @@
 //!   [, offset])` and `SESSION(source, time, gap)`, where `time` is the
 //!   source's event-time column; a session's key is the query's other
 //!   `GROUP BY` columns.
-//! * Flink's spelling of the first two arguments, `TABLE source` and
-//!   `DESCRIPTOR(time)`, reads as the plain names ([`flink_arguments`]).
+//! * Flink's spelling reads as the plain one ([`flink_arguments`]): `TABLE
+//!   source` and `DESCRIPTOR(time)` as arguments, the `TABLE(…)` around a
+//!   call, and a session's `TABLE source PARTITION BY cols` (the columns
+//!   must be the query's other `GROUP BY` columns). Arguments may be named
+//!   as Flink names them (`SIZE => …`), after the plain ones.
 //! * `date_bin(INTERVAL …, time [, origin])` in `GROUP BY`: a tumbling
 //!   window (offset by the origin's time modulo the size), whose
 //!   start the select list may show under any name.
@@ -33,9 +36,10 @@ use std::time::Duration;
 
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, DateTimeField, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments,
-    GroupByExpr, Ident, JoinConstraint, JoinOperator, ObjectName, ObjectNamePart, Query, Select,
-    SelectItem, SetExpr, Spanned, Statement, TableFactor, Value,
+    BinaryOperator, DateTimeField, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArgOperator, FunctionArguments, GroupByExpr, Ident, JoinConstraint, JoinOperator,
+    ObjectName, ObjectNamePart, Query, Select, SelectItem, SetExpr, Spanned, Statement,
+    TableFactor, Value,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -140,6 +144,9 @@ struct Declared {
     /// Flink's optional last argument of `TUMBLE` and `HOP`: the windows
     /// shifted from the Unix epoch's grid by this much.
     offset: Duration,
+    /// Flink's `SESSION(TABLE source PARTITION BY …, …)`: the columns, which
+    /// must be the query's other `GROUP BY` columns.
+    partition: Option<Vec<String>>,
 }
 
 /// The window functions, upper-case.
@@ -153,12 +160,14 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
     if !FUNCTIONS.iter().any(|f| upper.contains(f)) && !upper.contains("DATE_BIN") {
         return Ok(None);
     }
-    let flink = flink_arguments(&spec.sql);
+    let flink = flink_arguments(&spec.sql).unwrap_or_default();
     // SQL this parser does not take declares no window here; planning
     // reports what is wrong with it, in DataFusion's words
-    let Ok(mut stmts) =
-        Parser::parse_sql(&GenericDialect {}, flink.as_deref().unwrap_or(&spec.sql))
-    else {
+    let text = match flink.sql.is_empty() {
+        true => &spec.sql,
+        false => &flink.sql,
+    };
+    let Ok(mut stmts) = Parser::parse_sql(&GenericDialect {}, text) else {
         return Ok(None);
     };
     let [Statement::Query(q)] = stmts.as_mut_slice() else {
@@ -171,6 +180,7 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
         declared: Vec::new(),
         hidden: None,
         hidden_in_with: None,
+        partitions: flink.partitions,
     };
     let slots = r.query(q, true)?;
     let Some(first) = r.declared.first().cloned() else {
@@ -253,13 +263,30 @@ fn origin_offset(origin: &Expr, size: Duration) -> std::result::Result<Duration,
     ))
 }
 
-/// `sql` with Flink's spelling of a window call's first two arguments,
-/// `TUMBLE(TABLE bids, DESCRIPTOR(ts), …)`, read as the plain names
-/// `TUMBLE(bids, ts, …)`: the word `TABLE`, the word `DESCRIPTOR` and its
-/// parentheses are blanked out, so every other token keeps its line and
-/// column (and errors point where the user wrote). `None` if no call is
-/// spelled so.
-pub(crate) fn flink_arguments(sql: &str) -> Option<String> {
+/// A query's text with Flink's spelling of its window calls read as the
+/// plain one (see [`flink_arguments`]).
+#[derive(Debug, Default)]
+pub(crate) struct FlinkSpelling {
+    pub(crate) sql: String,
+    /// Each `SESSION` call's `PARTITION BY` columns, by the line and column
+    /// of the function's name.
+    partitions: HashMap<(u64, u64), Vec<String>>,
+}
+
+/// `sql` with Flink's spelling of window calls read as the plain one:
+///
+/// * `TABLE bids` and `DESCRIPTOR(ts)` as arguments read as `bids` and `ts`;
+/// * the `TABLE(…)` Flink wraps a call in, `FROM TABLE(TUMBLE(…))`, reads as
+///   the call alone;
+/// * a session's `TABLE bids PARTITION BY bidder` (or `PARTITION BY (a,
+///   b)`) reads as `bids`, its columns kept in [`FlinkSpelling`] for the
+///   lowering to check against the query's `GROUP BY`.
+///
+/// The words, the parentheses and the partition's columns are blanked out,
+/// so every other token keeps its line and column (and errors point where
+/// the user wrote). Named arguments (`SIZE => …`) are left to the parser,
+/// which reads them. `None` if no call is spelled so.
+pub(crate) fn flink_arguments(sql: &str) -> Option<FlinkSpelling> {
     let tokens = Tokenizer::new(&GenericDialect {}, sql)
         .tokenize_with_location()
         .ok()?;
@@ -270,28 +297,90 @@ pub(crate) fn flink_arguments(sql: &str) -> Option<String> {
     let token = |i: usize| sig.get(i).map(|t| &t.token);
     let word = |i: usize, w: &str| matches!(token(i), Some(Token::Word(x)) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
     let name = |i: usize| matches!(token(i), Some(Token::Word(_)));
+    let name_at = |i: usize| match token(i) {
+        Some(Token::Word(w)) => w.value.clone(),
+        _ => String::new(),
+    };
     let mut blank: Vec<Span> = Vec::new();
+    let mut partitions = HashMap::new();
     let mut i = 0;
     while i < sig.len() {
         if !(FUNCTIONS.iter().any(|f| word(i, f)) && token(i + 1) == Some(&Token::LParen)) {
             i += 1;
             continue;
         }
-        let mut j = i + 2;
-        if word(j, "TABLE") && name(j + 1) && token(j + 2) == Some(&Token::Comma) {
-            blank.push(sig[j].span);
+        let at = (sig[i].span.start.line, sig[i].span.start.column);
+        // the call's arguments, each from its first token (after its name,
+        // if named), up to the parenthesis that closes the call
+        let (mut j, mut depth, mut first) = (i + 2, 1usize, true);
+        while j < sig.len() {
+            if first {
+                first = false;
+                let mut k = j;
+                if name(k) && token(k + 1) == Some(&Token::RArrow) {
+                    k += 2;
+                }
+                if word(k, "TABLE") && name(k + 1) {
+                    blank.push(sig[k].span);
+                    k += 2;
+                    if word(k, "PARTITION") && word(k + 1, "BY") {
+                        let by = k;
+                        let mut cols = Vec::new();
+                        k += 2;
+                        if token(k) == Some(&Token::LParen) {
+                            k += 1;
+                            while name(k) && matches!(token(k + 1), Some(Token::Comma)) {
+                                cols.push(name_at(k));
+                                k += 2;
+                            }
+                            if name(k) && token(k + 1) == Some(&Token::RParen) {
+                                cols.push(name_at(k));
+                                k += 2;
+                            } else {
+                                cols.clear();
+                            }
+                        } else if name(k) {
+                            cols.push(name_at(k));
+                            k += 1;
+                        }
+                        // (anything else is left for the parser to refuse)
+                        if !cols.is_empty() {
+                            blank.extend(sig[by..k].iter().map(|t| t.span));
+                            partitions.insert(at, cols);
+                            j = k;
+                            continue;
+                        }
+                    }
+                }
+                if word(k, "DESCRIPTOR")
+                    && token(k + 1) == Some(&Token::LParen)
+                    && name(k + 2)
+                    && token(k + 3) == Some(&Token::RParen)
+                {
+                    blank.extend([sig[k].span, sig[k + 1].span, sig[k + 3].span]);
+                }
+            }
+            match token(j) {
+                Some(Token::LParen) => depth += 1,
+                Some(Token::RParen) => depth -= 1,
+                Some(Token::Comma) if depth == 1 => first = true,
+                _ => {}
+            }
             j += 1;
+            if depth == 0 {
+                break;
+            }
         }
-        // (the source's name, its comma)
-        j += 2;
-        if word(j, "DESCRIPTOR")
-            && token(j + 1) == Some(&Token::LParen)
-            && name(j + 2)
-            && token(j + 3) == Some(&Token::RParen)
+        // `TABLE(` before the call and `)` right after it
+        if i >= 2
+            && word(i - 2, "TABLE")
+            && token(i - 1) == Some(&Token::LParen)
+            && depth == 0
+            && token(j) == Some(&Token::RParen)
         {
-            blank.extend([sig[j].span, sig[j + 1].span, sig[j + 3].span]);
+            blank.extend([sig[i - 2].span, sig[i - 1].span, sig[j].span]);
         }
-        i = j;
+        i += 2;
     }
     if blank.is_empty() {
         return None;
@@ -311,7 +400,10 @@ pub(crate) fn flink_arguments(sql: &str) -> Option<String> {
             column += 1;
         }
     }
-    Some(out)
+    Some(FlinkSpelling {
+        sql: out,
+        partitions,
+    })
 }
 
 /// The window's time column must be its source's event time.
@@ -370,6 +462,8 @@ struct Rewriter<'a> {
     hidden: Option<String>,
     /// The same for the subqueries of `WITH`.
     hidden_in_with: Option<String>,
+    /// Flink's `PARTITION BY` of each `SESSION` call, by where its name is.
+    partitions: HashMap<(u64, u64), Vec<String>>,
 }
 
 fn position(e: &impl Spanned) -> String {
@@ -674,6 +768,71 @@ impl Rewriter<'_> {
         }
     }
 
+    /// A window call's arguments `list` by parameter (`params`, Flink's
+    /// names): the plain ones in order, then the named ones (`SIZE => …`,
+    /// in any order and any case) where their names say. An argument of
+    /// another form, a plain one after a named one, an unknown name or a
+    /// parameter given twice is an error that names it.
+    fn by_parameter<'e>(
+        &self,
+        text: &str,
+        at: &str,
+        list: &[&'e FunctionArg],
+        params: &[&str],
+        usage: &str,
+    ) -> Result<Vec<Option<&'e Expr>>> {
+        let mut out: Vec<Option<&Expr>> = vec![None; params.len()];
+        let mut named = None;
+        for (i, a) in list.iter().enumerate() {
+            let (slot, e) = match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => {
+                    if let Some(n) = named {
+                        return Err(self.err(format!(
+                            "`{text}` ({at}): the plain argument `{e}` follows the named \
+                             argument `{n}`: name it too, or put it before"
+                        )));
+                    }
+                    (i, e)
+                }
+                FunctionArg::Named {
+                    name,
+                    arg: FunctionArgExpr::Expr(e),
+                    operator: FunctionArgOperator::RightArrow,
+                } => {
+                    named = Some(a);
+                    let Some(slot) = params
+                        .iter()
+                        .position(|p| p.eq_ignore_ascii_case(&name.value))
+                    else {
+                        return Err(self.err(format!(
+                            "`{text}` ({at}): no parameter is named `{name}` (its \
+                             parameters: {}): {usage}",
+                            params.join(", ")
+                        )));
+                    };
+                    (slot, e)
+                }
+                other => {
+                    return Err(self.err(format!(
+                        "`{text}` ({at}): `{other}` is not a plain argument or one named \
+                         with `=>`"
+                    )))
+                }
+            };
+            match out.get_mut(slot) {
+                // (too many plain arguments: the caller counts them)
+                None => {}
+                Some(Some(_)) => {
+                    return Err(
+                        self.err(format!("`{text}` ({at}): {} is given twice", params[slot]))
+                    )
+                }
+                Some(free) => *free = Some(e),
+            }
+        }
+        Ok(out)
+    }
+
     /// A window function in `FROM`: replaced by its source.
     fn factor(&mut self, t: &mut TableFactor) -> Result<Option<usize>> {
         match t {
@@ -684,6 +843,7 @@ impl Rewriter<'_> {
                         .any(|f| name.to_string().eq_ignore_ascii_case(f)) =>
             {
                 let fname = name.to_string().to_ascii_uppercase();
+                let called_at = (name.span().start.line, name.span().start.column);
                 let t_ro: &TableFactor = t;
                 let text = format!("{t_ro}");
                 let at = position(t_ro);
@@ -691,57 +851,65 @@ impl Rewriter<'_> {
                     return Ok(None);
                 };
                 let alias = alias.clone();
-                let args: Vec<&Expr> = args
-                    .iter()
-                    .flat_map(|a| a.args.iter())
-                    .map(|a| match a {
-                        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e),
-                        other => Err(self.err(format!(
-                            "`{text}` ({at}): `{other}` is not a plain argument"
-                        ))),
-                    })
-                    .collect::<Result<_>>()?;
-                // (the fewest and most arguments: between them, Flink's offset)
-                let (least, most, usage) = match fname.as_str() {
+                // (the parameters, by Flink's names; from `least` on, optional)
+                let (params, least, usage): (&[&str], usize, &str) = match fname.as_str() {
                     "TUMBLE" => (
+                        &["DATA", "TIMECOL", "SIZE", "OFFSET"],
                         3,
-                        4,
                         "TUMBLE(source, time_column, INTERVAL size [, INTERVAL offset])",
                     ),
                     "HOP" => (
+                        &["DATA", "TIMECOL", "SLIDE", "SIZE", "OFFSET"],
                         4,
-                        5,
                         "HOP(source, time_column, INTERVAL slide, INTERVAL size [, INTERVAL offset])",
                     ),
-                    _ => (3, 3, "SESSION(source, time_column, INTERVAL gap)"),
+                    _ => (
+                        &["DATA", "TIMECOL", "GAP"],
+                        3,
+                        "SESSION(source, time_column, INTERVAL gap)",
+                    ),
                 };
-                if !(least..=most).contains(&args.len()) {
+                let most = params.len();
+                let list: Vec<&FunctionArg> = args.iter().flat_map(|a| a.args.iter()).collect();
+                let args = self.by_parameter(&text, &at, &list, params, usage)?;
+                if args[..least].iter().any(Option::is_none) || list.len() > most {
                     let count = match least == most {
                         true => format!("{most}"),
                         false => format!("{least} or {most}"),
                     };
-                    return Err(
-                        self.err(format!("`{text}` ({at}) takes {count} arguments: {usage}"))
-                    );
+                    // (with named arguments, which one is missing)
+                    let named = list.iter().any(|a| matches!(a, FunctionArg::Named { .. }));
+                    let missing: Vec<&str> = (0..least)
+                        .filter(|&i| named && args[i].is_none())
+                        .map(|i| params[i])
+                        .collect();
+                    let missing = match missing.is_empty() {
+                        true => String::new(),
+                        false => format!(" ({} missing)", missing.join(", ")),
+                    };
+                    return Err(self.err(format!(
+                        "`{text}` ({at}) takes {count} arguments{missing}: {usage}"
+                    )));
                 }
-                let (Some(source), Some(time)) = (ident_of(args[0]), ident_of(args[1])) else {
+                let arg = |i: usize| args[i].expect("a required argument, checked above");
+                let (Some(source), Some(time)) = (ident_of(arg(0)), ident_of(arg(1))) else {
                     return Err(self.err(format!(
                         "`{text}` ({at}): the first two arguments name the source and its \
                          event-time column: {usage}"
                     )));
                 };
                 let what = format!("`{text}`");
-                let offset = match args.len() > least {
-                    true => interval(self.view, &what, args[most - 1])?,
-                    false => Duration::ZERO,
+                let offset = match args.get(least).copied().flatten() {
+                    Some(e) => interval(self.view, &what, e)?,
+                    None => Duration::ZERO,
                 };
                 let kind = match fname.as_str() {
                     "TUMBLE" => WindowKind::Tumbling {
-                        size: interval(self.view, &what, args[2])?,
+                        size: interval(self.view, &what, arg(2))?,
                     },
                     "HOP" => {
-                        let slide = interval(self.view, &what, args[2])?;
-                        let size = interval(self.view, &what, args[3])?;
+                        let slide = interval(self.view, &what, arg(2))?;
+                        let size = interval(self.view, &what, arg(3))?;
                         if slide > size {
                             return Err(self.err(format!(
                                 "`{text}` ({at}): the slide (third argument) must not exceed \
@@ -759,10 +927,17 @@ impl Rewriter<'_> {
                         WindowKind::Hopping { size, slide }
                     }
                     _ => WindowKind::Session {
-                        gap: interval(self.view, &what, args[2])?,
+                        gap: interval(self.view, &what, arg(2))?,
                         key: Vec::new(),
                     },
                 };
+                let partition = self.partitions.remove(&called_at);
+                if partition.is_some() && fname != "SESSION" {
+                    return Err(self.err(format!(
+                        "`{text}` ({at}): PARTITION BY keys a SESSION only; {fname}'s windows \
+                         are the same for every key: group by the columns instead"
+                    )));
+                }
                 *t = TableFactor::Table {
                     name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(&source))]),
                     alias,
@@ -784,6 +959,7 @@ impl Rewriter<'_> {
                     time,
                     kind,
                     offset,
+                    partition,
                 });
                 Ok(Some(self.declared.len() - 1))
             }
@@ -861,6 +1037,7 @@ impl Rewriter<'_> {
             time,
             kind: WindowKind::Tumbling { size },
             offset,
+            partition: None,
         });
         Ok(())
     }
@@ -920,6 +1097,29 @@ impl Rewriter<'_> {
                             d.text, d.at
                         ),
                     ));
+                }
+                if let Some(cols) = &d.partition {
+                    let same = |a: &[String], b: &[String]| {
+                        a.iter()
+                            .all(|x| b.iter().any(|y| x.eq_ignore_ascii_case(y)))
+                    };
+                    if !(same(cols, &keys) && same(&keys, cols)) {
+                        return Err(Error::spec(
+                            self.view,
+                            format!(
+                                "`{}` ({}): its PARTITION BY ({}) must be the query's other \
+                                 GROUP BY columns ({}): a session is keyed by the columns \
+                                 it is grouped by",
+                                d.text,
+                                d.at,
+                                cols.join(", "),
+                                match keys.is_empty() {
+                                    true => "none: group by them".to_string(),
+                                    false => keys.join(", "),
+                                }
+                            ),
+                        ));
+                    }
                 }
                 *key = keys.clone();
             }

@@ -231,14 +231,23 @@ fn malformed_ddl_names_the_statement_and_the_token() {
             &["reads no declared source", "declared before it: bids"],
         ),
         // a query that does not parse says so (it named no source before):
-        // Flink's `PARTITION BY` in a session's call is not taken
+        // a `PARTITION BY` of no column
+        (
+            &format!(
+                "{good_source}CREATE VIEW v AS SELECT COUNT(*) AS c \
+                 FROM SESSION(TABLE bids PARTITION BY, DESCRIPTOR(ts), INTERVAL '1' SECOND)"
+            ),
+            (2, 18),
+            &["the query does not parse", "found: PARTITION", "counted from the query's start"],
+        ),
+        // Flink's `PARTITION BY` is read, and must be the GROUP BY keys
         (
             &format!(
                 "{good_source}CREATE VIEW v AS SELECT COUNT(*) AS c \
                  FROM SESSION(TABLE bids PARTITION BY auction, DESCRIPTOR(ts), INTERVAL '1' SECOND)"
             ),
             (2, 18),
-            &["the query does not parse", "found: bids", "counted from the query's start"],
+            &["its PARTITION BY (auction) must be the query's other GROUP BY columns (none: group by them)"],
         ),
         // a view before its source, as a second text without its sources
         // would be: the source it reads is not declared yet

@@ -678,6 +678,108 @@ fn flinks_table_and_descriptor_arguments_read_as_the_plain_names() {
     );
 }
 
+/// Flink's other spellings: the `TABLE(…)` around a call in `FROM`, named
+/// arguments (`SIZE => …`, any order), and a session's `PARTITION BY`, which
+/// must be the query's other `GROUP BY` columns. Each gives the plain call's
+/// rows on both paths (and through DDL); a misspelt one is refused, naming
+/// the call, where it is, and what is wrong.
+#[test]
+fn flinks_wrapper_named_arguments_and_partition_by_read_as_written() {
+    let grouped = |call: &str, by: &str| {
+        format!(
+            "SELECT window_start, window_end, k, COUNT(*) AS c, SUM(v) AS s \
+             FROM {call} GROUP BY {by}, window_start, window_end"
+        )
+    };
+    let g = |call: &str| grouped(call, "k");
+    let cases = [
+        (
+            g("TUMBLE(t, ts, INTERVAL '2' SECOND)"),
+            g("TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '2' SECOND))"),
+        ),
+        (
+            g("TUMBLE(t, ts, INTERVAL '2' SECOND)"),
+            g(
+                "TABLE(\n  TUMBLE(\n    DATA => TABLE t,\n    TIMECOL => DESCRIPTOR(ts),\n    \
+               size => INTERVAL '2' SECOND)) AS w",
+            ),
+        ),
+        // named in another order: the names, not the places, decide
+        (
+            g("HOP(t, ts, INTERVAL '1' SECOND, INTERVAL '3' SECOND)"),
+            g("HOP(TABLE t, DESCRIPTOR(ts), SIZE => INTERVAL '3' SECOND, \
+               SLIDE => INTERVAL '1' SECOND)"),
+        ),
+        (
+            g("TUMBLE(t, ts, INTERVAL '2' SECOND, INTERVAL '500' MILLISECOND)"),
+            g("TABLE(TUMBLE(t, ts, OFFSET => INTERVAL '500' MILLISECOND, \
+               SIZE => INTERVAL '2' SECOND))"),
+        ),
+        (
+            g("SESSION(t, ts, INTERVAL '500' MILLISECOND)"),
+            g("TABLE(SESSION(TABLE t PARTITION BY k, DESCRIPTOR(ts), \
+               INTERVAL '500' MILLISECOND))"),
+        ),
+        (
+            grouped("SESSION(t, ts, INTERVAL '500' MILLISECOND)", "g, k"),
+            grouped(
+                "SESSION(DATA => TABLE t PARTITION BY (k, g), TIMECOL => DESCRIPTOR(ts), \
+                 GAP => INTERVAL '500' MILLISECOND)",
+                "g, k",
+            ),
+        ),
+    ];
+    for (plain, flink) in &cases {
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let want = rows_on(plain, None, exec);
+            assert!(want.len() > 3, "{plain}: several windows close: {want:?}");
+            assert_eq!(rows_on(flink, None, exec), want, "{flink} on {exec:?}");
+        }
+        let ddl = |sql: &str| {
+            let mut e = Engine::builder().build().expect("engine");
+            e.execute_sql(&format!(
+                "CREATE SOURCE t (k BIGINT, g VARCHAR, v BIGINT, f DOUBLE, ts TIMESTAMP, \
+                 d DECIMAL(10, 2), WATERMARK FOR ts AS ts);\nCREATE VIEW v AS {sql}"
+            ))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            canon(&run_rows(&mut e, "v"))
+        };
+        assert_eq!(ddl(flink), ddl(plain), "{flink} through DDL");
+    }
+    // the partition is checked: sessions keyed by `g` are not those of `k`
+    let by_g = g("SESSION(TABLE t PARTITION BY g, DESCRIPTOR(ts), INTERVAL '500' MILLISECOND)");
+    let at = by_g.find("SESSION").expect("call") + 1;
+    for (sql, says) in [
+        (
+            by_g.as_str(),
+            format!("line 1, column {at}): its PARTITION BY (g) must be the query's other GROUP BY columns (k)"),
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(TABLE t PARTITION BY k, DESCRIPTOR(ts), INTERVAL '1' SECOND)",
+            "PARTITION BY keys a SESSION only".into(),
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, WIDTH => INTERVAL '1' SECOND)",
+            "no parameter is named `WIDTH` (its parameters: DATA, TIMECOL, SIZE, OFFSET)".into(),
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1' SECOND, SIZE => INTERVAL '2' SECOND)",
+            "SIZE is given twice".into(),
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, TIMECOL => ts, INTERVAL '1' SECOND)",
+            "the plain argument `INTERVAL '1' SECOND` follows the named argument `TIMECOL => ts`".into(),
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM HOP(t, ts, SIZE => INTERVAL '2' SECOND)",
+            "takes 4 or 5 arguments (SLIDE missing)".into(),
+        ),
+    ] {
+        let msg = refused(sql, None);
+        assert!(msg.contains(&says), "{sql}: {msg}");
+    }
+}
+
 /// Flink's optional last argument of `TUMBLE` and `HOP`, the offset, is the
 /// spec's `offset`: the same rows on both paths, and not those of the grid
 /// it shifts.
