@@ -468,7 +468,12 @@ fn tables_read(query: &str) -> std::result::Result<HashSet<String>, String> {
         type Break = ();
         fn pre_visit_table_factor(&mut self, t: &TableFactor) -> ControlFlow<()> {
             if let TableFactor::Table { name, args, .. } = t {
-                let read = match args.as_ref().and_then(|a| a.args.first()) {
+                // (the first argument, or the one named DATA wherever it is)
+                let list = args.as_ref().map_or(&[][..], |a| &a.args[..]);
+                let data = list.iter().find(|a| {
+                    matches!(a, FunctionArg::Named { name, .. } if name.value.eq_ignore_ascii_case("data"))
+                });
+                let read = match data.or(list.first()) {
                     Some(
                         FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(i)))
                         | FunctionArg::Named {

@@ -152,12 +152,21 @@ struct Declared {
 /// The window functions, upper-case.
 const FUNCTIONS: [&str; 3] = ["TUMBLE", "HOP", "SESSION"];
 
+/// Flink's window functions Þund does not have: read as calls (Flink's
+/// spelling included), and refused naming them.
+const UNSUPPORTED: [&str; 1] = ["CUMULATE"];
+
 /// If `spec`'s SQL declares its window (see the module), the spec of the
 /// per-window query, with that window; `None` if it declares none.
 pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
     let view = spec.name.as_str();
     let upper = spec.sql.to_ascii_uppercase();
-    if !FUNCTIONS.iter().any(|f| upper.contains(f)) && !upper.contains("DATE_BIN") {
+    if !FUNCTIONS
+        .iter()
+        .chain(&UNSUPPORTED)
+        .any(|f| upper.contains(f))
+        && !upper.contains("DATE_BIN")
+    {
         return Ok(None);
     }
     let flink = flink_arguments(&spec.sql).unwrap_or_default();
@@ -305,7 +314,9 @@ pub(crate) fn flink_arguments(sql: &str) -> Option<FlinkSpelling> {
     let mut partitions = HashMap::new();
     let mut i = 0;
     while i < sig.len() {
-        if !(FUNCTIONS.iter().any(|f| word(i, f)) && token(i + 1) == Some(&Token::LParen)) {
+        if !(FUNCTIONS.iter().chain(&UNSUPPORTED).any(|f| word(i, f))
+            && token(i + 1) == Some(&Token::LParen))
+        {
             i += 1;
             continue;
         }
@@ -602,6 +613,12 @@ fn call_args<'f>(view: &str, f: &'f Function, name: &str) -> Result<Vec<&'f Expr
         .collect()
 }
 
+/// Whether `name` is one of `functions` (upper-case), in any case.
+fn named(name: &ObjectName, functions: &[&str]) -> bool {
+    let name = name.to_string();
+    functions.iter().any(|f| name.eq_ignore_ascii_case(f))
+}
+
 fn ident_of(e: &Expr) -> Option<String> {
     match e {
         Expr::Identifier(i) => Some(i.value.clone()),
@@ -837,11 +854,17 @@ impl Rewriter<'_> {
     fn factor(&mut self, t: &mut TableFactor) -> Result<Option<usize>> {
         match t {
             TableFactor::Table { name, args, .. }
-                if args.is_some()
-                    && FUNCTIONS
-                        .iter()
-                        .any(|f| name.to_string().eq_ignore_ascii_case(f)) =>
+                if args.is_some() && named(name, &UNSUPPORTED) =>
             {
+                let fname = name.to_string().to_ascii_uppercase();
+                let t: &TableFactor = t;
+                Err(self.err(format!(
+                    "`{t}` ({}): {fname} windows are not supported; the window functions \
+                     are TUMBLE, HOP and SESSION",
+                    position(t)
+                )))
+            }
+            TableFactor::Table { name, args, .. } if args.is_some() && named(name, &FUNCTIONS) => {
                 let fname = name.to_string().to_ascii_uppercase();
                 let called_at = (name.span().start.line, name.span().start.column);
                 let t_ro: &TableFactor = t;

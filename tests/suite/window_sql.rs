@@ -712,8 +712,8 @@ fn flinks_wrapper_named_arguments_and_partition_by_read_as_written() {
         ),
         (
             g("TUMBLE(t, ts, INTERVAL '2' SECOND, INTERVAL '500' MILLISECOND)"),
-            g("TABLE(TUMBLE(t, ts, OFFSET => INTERVAL '500' MILLISECOND, \
-               SIZE => INTERVAL '2' SECOND))"),
+            g("TABLE(TUMBLE(TIMECOL => DESCRIPTOR(ts), DATA => TABLE t, \
+               OFFSET => INTERVAL '500' MILLISECOND, SIZE => INTERVAL '2' SECOND))"),
         ),
         (
             g("SESSION(t, ts, INTERVAL '500' MILLISECOND)"),
@@ -773,6 +773,11 @@ fn flinks_wrapper_named_arguments_and_partition_by_read_as_written() {
         (
             "SELECT COUNT(*) AS c FROM HOP(t, ts, SIZE => INTERVAL '2' SECOND)",
             "takes 4 or 5 arguments (SLIDE missing)".into(),
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), \
+             INTERVAL '1' SECOND, INTERVAL '4' SECOND))",
+            "(line 1, column 33): CUMULATE windows are not supported".into(),
         ),
     ] {
         let msg = refused(sql, None);
