@@ -570,17 +570,21 @@ impl JoinView {
         if pairs.is_empty() {
             return Ok(Vec::new());
         }
-        super::copies(
+        let total = super::copies(
             &self.view,
             "a step's join output",
             pairs.iter().map(|p| p.count),
         )?;
         let copies = |p: &Pair| std::iter::repeat_n(*p, p.count.max(0) as usize);
-        let (kept, n) =
-            self.decode_kept(pairs.iter().flat_map(copies).map(|p| (p.left, p.right)))?;
+        // (the copies' iterators cannot tell their length: the vectors are
+        // sized first, not grown row by row)
+        let mut ids = (Vec::with_capacity(total), Vec::with_capacity(total));
+        ids.extend(pairs.iter().flat_map(copies).map(|p| (p.left, p.right)));
+        let (kept, n) = self.decode_kept(ids)?;
         let batch = self.assemble(kept.clone(), n)?;
-        let times =
-            Int64Array::from_iter_values(pairs.iter().flat_map(copies).map(|p| p.window.start));
+        let mut starts = Vec::with_capacity(total);
+        starts.extend(pairs.iter().flat_map(copies).map(|p| p.window.start));
+        let times = Int64Array::from(starts);
         let (batch, times) = match self.pair_mask(&batch)? {
             None => (batch, times),
             Some(mask) => {
@@ -641,16 +645,16 @@ impl JoinView {
 
     /// Pairs (left id, right id) as rows of the join's output table.
     fn decode(&self, pairs: impl Iterator<Item = (u64, u64)>) -> Result<RecordBatch> {
-        let (kept, n) = self.decode_kept(pairs)?;
+        let (kept, n) = self.decode_kept(pairs.unzip())?;
         self.assemble(kept, n)
     }
 
-    /// The kept columns of both sides of `pairs`, and how many pairs.
+    /// The kept columns of both sides of pairs given as their left and right
+    /// row ids, and how many pairs.
     fn decode_kept(
         &self,
-        pairs: impl Iterator<Item = (u64, u64)>,
+        (left, right): (Vec<u64>, Vec<u64>),
     ) -> Result<([Vec<ArrayRef>; 2], usize)> {
-        let (left, right): (Vec<u64>, Vec<u64>) = pairs.unzip();
         let n = left.len();
         Ok((
             [self.side_columns(0, &left)?, self.side_columns(1, &right)?],
