@@ -396,14 +396,20 @@ pub(crate) fn flink_arguments(sql: &str) -> Option<FlinkSpelling> {
     if blank.is_empty() {
         return None;
     }
-    // (the blanked tokens are ASCII: one space a character keeps the columns)
+    // (sqlparser counts columns in characters: one space a character keeps
+    // them; the spans in order, so each character is checked against one)
+    let mut spans: Vec<((u64, u64), (u64, u64))> = blank
+        .iter()
+        .map(|s| ((s.start.line, s.start.column), (s.end.line, s.end.column)))
+        .collect();
+    spans.sort_unstable();
+    let mut spans = spans.into_iter().peekable();
     let (mut line, mut column) = (1u64, 1u64);
     let mut out = String::with_capacity(sql.len());
     for ch in sql.chars() {
         let at = (line, column);
-        let blanked = blank
-            .iter()
-            .any(|s| (s.start.line, s.start.column) <= at && at < (s.end.line, s.end.column));
+        while spans.next_if(|&(_, end)| end <= at).is_some() {}
+        let blanked = spans.peek().is_some_and(|&(start, _)| start <= at);
         out.push(if blanked { ' ' } else { ch });
         if ch == '\n' {
             (line, column) = (line + 1, 1);
