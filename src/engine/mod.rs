@@ -1578,6 +1578,9 @@ fn lowered(
     Option<crate::spec::window_sql::Layout>,
     Option<String>,
 )> {
+    if let Some(m) = crate::spec::nesting::too_many_operators(&spec.sql) {
+        return Err(Error::spec(&spec.name, m));
+    }
     let (spec, layout, written) = match crate::spec::window_sql::lower(&spec)? {
         Some(l) => (l.spec, Some(l.layout), Some(l.written)),
         None => (spec, None, None),

@@ -579,6 +579,9 @@ fn view(
     if sql.trim().is_empty() {
         return c.fail("the view has no query after AS");
     }
+    if let Some(m) = super::nesting::too_many_operators(&sql) {
+        return Err(err(stmt, at, m));
+    }
     // (a query that does not parse reads no source it could name)
     let read = tables_read(&sql).map_err(|e| {
         err(

@@ -450,6 +450,7 @@ impl ViewSpecBuilder {
 
 pub mod ddl;
 mod duration;
+pub(crate) mod nesting;
 mod schema;
 mod toml_form;
 pub(crate) mod window_sql;

@@ -660,3 +660,105 @@ fn bad_flags_are_refused() {
         "nothing is written before the flags are checked"
     );
 }
+
+/// A query whose operators chain deeper than DataFusion's recursion takes
+/// (thousands of `OR`s or `UNION`s) overflowed the stack and aborted the
+/// process. Such a query is refused with an error that counts them, in the
+/// library and through DDL, and the engine stays usable; a chain at the
+/// limit runs on both paths (on this 2 MiB test thread, in a debug build)
+/// and gives what its `IN` form gives.
+#[test]
+fn a_query_that_chains_too_many_operators_is_refused_not_a_crash() {
+    use crate::common::{batch, canon, emitted, schema, Ev};
+    use std::time::Duration;
+    use thund::{Engine, ExecMode, ViewSpec, WindowSpec};
+
+    let rows: Vec<Ev> = (0..400)
+        .map(|i| Ev {
+            t: i * 37 % 5_000,
+            k: i % 7,
+            g: format!("g{}", i % 3),
+            v: Some(i % 600),
+            f: 0.5,
+        })
+        .collect();
+    let view = |sql: &str, exec: ExecMode| {
+        ViewSpec::builder("v", sql)
+            .source("t", "ts", schema())
+            .window(WindowSpec::tumbling(Duration::from_secs(1)))
+            .mode(exec)
+            .build()
+            .expect("spec")
+    };
+    let run = |sql: &str, exec: ExecMode| -> Result<Vec<String>, String> {
+        let mut e = Engine::builder().build().expect("engine");
+        e.create_view(view(sql, exec)).map_err(|e| e.to_string())?;
+        Ok(canon(&emitted(&mut e, "t", batch(&rows), "v")))
+    };
+    let ors = |n: i64| {
+        let terms: Vec<String> = (0..n).map(|i| format!("v = {i}")).collect();
+        format!(
+            "SELECT k, COUNT(*) AS c FROM t WHERE {} GROUP BY k",
+            terms.join(" OR ")
+        )
+    };
+    let listed = |n: i64| {
+        let vals: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+        format!(
+            "SELECT k, COUNT(*) AS c FROM t WHERE v IN ({}) GROUP BY k",
+            vals.join(", ")
+        )
+    };
+    // at the limit: 500 equalities, 499 ORs and COUNT's `*`, 1000 operators
+    for exec in [ExecMode::Auto, ExecMode::Recompute] {
+        let want = run(&listed(500), exec).expect("IN");
+        assert!(want.len() > 5, "{want:?}");
+        assert_eq!(
+            run(&ors(500), exec).expect("at the limit"),
+            want,
+            "{exec:?}"
+        );
+    }
+    let unions =
+        |n: usize| vec!["SELECT k, COUNT(*) AS c FROM t GROUP BY k"; n].join(" UNION ALL ");
+    // 256 set operations, the most taken
+    for exec in [ExecMode::Auto, ExecMode::Recompute] {
+        run(&unions(257), exec).expect("at the limit");
+    }
+    // over it, by a little and by far
+    for (sql, says) in [
+        (
+            ors(501),
+            "the query has 1002 operators (0 of them UNION, INTERSECT or EXCEPT); at most 1000",
+        ),
+        (ors(100_000), "the query has 200000 operators"),
+        (unions(258), "the query has 257 set operations"),
+        (unions(50_000), "the query has 49999 set operations"),
+    ] {
+        let mut e = Engine::builder().build().expect("engine");
+        let msg = e
+            .create_view(view(&sql, ExecMode::Auto))
+            .expect_err("refused")
+            .to_string();
+        assert!(msg.contains(says), "{}…: {msg}", &sql[..80]);
+        assert!(msg.contains("at most"), "{msg}");
+        // the engine stays usable
+        e.create_view(view(&listed(3), ExecMode::Auto))
+            .expect("a good view after");
+        // and through DDL, at the query
+        let ddl = format!(
+            "CREATE SOURCE t (k BIGINT, g VARCHAR, v BIGINT, f DOUBLE, ts TIMESTAMP, \
+             d DECIMAL(10, 2), WATERMARK FOR ts AS ts);\nCREATE VIEW v AS {sql}"
+        );
+        let msg = Engine::builder()
+            .build()
+            .expect("engine")
+            .execute_sql(&ddl)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            msg.contains(says) && msg.contains("line 2, column 18"),
+            "{msg}"
+        );
+    }
+}

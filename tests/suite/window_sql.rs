@@ -220,23 +220,7 @@ fn rows(c: u64) -> Vec<Ev> {
 
 /// Every emitted row of `view`, trigger by trigger, with `finish`.
 fn run_rows(e: &mut Engine, view: &str) -> Vec<RecordBatch> {
-    e.push("t", batch(&rows(40))).expect("push");
-    let mut out = e
-        .trigger()
-        .expect("trigger")
-        .view(view)
-        .expect("v")
-        .output
-        .clone();
-    out.extend(
-        e.finish()
-            .expect("finish")
-            .view(view)
-            .expect("v")
-            .output
-            .clone(),
-    );
-    out
+    common::emitted(e, "t", batch(&rows(40)), view)
 }
 
 /// View `v`'s output column names.

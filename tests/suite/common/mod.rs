@@ -68,6 +68,33 @@ pub fn batch(rows: &[Ev]) -> RecordBatch {
 
 /// Canonical text of every row of `batches`, sorted: floats rounded to 9
 /// significant digits so summation order does not matter.
+/// What `view` emits when `rows` are pushed into `source`, at one trigger
+/// and at the end of the stream.
+pub fn emitted(
+    e: &mut thund::Engine,
+    source: &str,
+    rows: RecordBatch,
+    view: &str,
+) -> Vec<RecordBatch> {
+    e.push(source, rows).expect("push");
+    let mut out = e
+        .trigger()
+        .expect("trigger")
+        .view(view)
+        .expect("view")
+        .output
+        .clone();
+    out.extend(
+        e.finish()
+            .expect("finish")
+            .view(view)
+            .expect("view")
+            .output
+            .clone(),
+    );
+    out
+}
+
 pub fn canon(batches: &[RecordBatch]) -> Vec<String> {
     let opts = FormatOptions::default().with_null("NULL");
     let mut out = Vec::new();
