@@ -169,13 +169,10 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
     {
         return Ok(None);
     }
-    let flink = flink_arguments(&spec.sql).unwrap_or_default();
+    let flink = flink_arguments(&spec.sql);
     // SQL this parser does not take declares no window here; planning
     // reports what is wrong with it, in DataFusion's words
-    let text = match flink.sql.is_empty() {
-        true => &spec.sql,
-        false => &flink.sql,
-    };
+    let text = flink.as_ref().map_or(spec.sql.as_str(), |f| f.sql.as_str());
     let Ok(mut stmts) = Parser::parse_sql(&GenericDialect {}, text) else {
         return Ok(None);
     };
@@ -189,7 +186,7 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
         declared: Vec::new(),
         hidden: None,
         hidden_in_with: None,
-        partitions: flink.partitions,
+        partitions: flink.map(|f| f.partitions).unwrap_or_default(),
     };
     let slots = r.query(q, true)?;
     let Some(first) = r.declared.first().cloned() else {
@@ -274,7 +271,7 @@ fn origin_offset(origin: &Expr, size: Duration) -> std::result::Result<Duration,
 
 /// A query's text with Flink's spelling of its window calls read as the
 /// plain one (see [`flink_arguments`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct FlinkSpelling {
     pub(crate) sql: String,
     /// Each `SESSION` call's `PARTITION BY` columns, by the line and column
@@ -310,6 +307,28 @@ pub(crate) fn flink_arguments(sql: &str) -> Option<FlinkSpelling> {
         Some(Token::Word(w)) => w.value.clone(),
         _ => String::new(),
     };
+    // `PARTITION BY col` or `PARTITION BY (a, b)` from token `k`: the
+    // columns, and the token past them (anything else is left for the parser
+    // to refuse)
+    let partition_by = |mut k: usize| -> Option<(Vec<String>, usize)> {
+        if !(word(k, "PARTITION") && word(k + 1, "BY")) {
+            return None;
+        }
+        k += 2;
+        if token(k) != Some(&Token::LParen) {
+            return name(k).then(|| (vec![name_at(k)], k + 1));
+        }
+        let mut cols = Vec::new();
+        k += 1;
+        while name(k) && token(k + 1) == Some(&Token::Comma) {
+            cols.push(name_at(k));
+            k += 2;
+        }
+        (name(k) && token(k + 1) == Some(&Token::RParen)).then(|| {
+            cols.push(name_at(k));
+            (cols, k + 2)
+        })
+    };
     let mut blank: Vec<Span> = Vec::new();
     let mut partitions = HashMap::new();
     let mut i = 0;
@@ -334,33 +353,11 @@ pub(crate) fn flink_arguments(sql: &str) -> Option<FlinkSpelling> {
                 if word(k, "TABLE") && name(k + 1) {
                     blank.push(sig[k].span);
                     k += 2;
-                    if word(k, "PARTITION") && word(k + 1, "BY") {
-                        let by = k;
-                        let mut cols = Vec::new();
-                        k += 2;
-                        if token(k) == Some(&Token::LParen) {
-                            k += 1;
-                            while name(k) && matches!(token(k + 1), Some(Token::Comma)) {
-                                cols.push(name_at(k));
-                                k += 2;
-                            }
-                            if name(k) && token(k + 1) == Some(&Token::RParen) {
-                                cols.push(name_at(k));
-                                k += 2;
-                            } else {
-                                cols.clear();
-                            }
-                        } else if name(k) {
-                            cols.push(name_at(k));
-                            k += 1;
-                        }
-                        // (anything else is left for the parser to refuse)
-                        if !cols.is_empty() {
-                            blank.extend(sig[by..k].iter().map(|t| t.span));
-                            partitions.insert(at, cols);
-                            j = k;
-                            continue;
-                        }
+                    if let Some((cols, past)) = partition_by(k) {
+                        blank.extend(sig[k..past].iter().map(|t| t.span));
+                        partitions.insert(at, cols);
+                        j = past;
+                        continue;
                     }
                 }
                 if word(k, "DESCRIPTOR")
@@ -907,9 +904,9 @@ impl Rewriter<'_> {
                         false => format!("{least} or {most}"),
                     };
                     // (with named arguments, which one is missing)
-                    let named = list.iter().any(|a| matches!(a, FunctionArg::Named { .. }));
+                    let any_named = list.iter().any(|a| matches!(a, FunctionArg::Named { .. }));
                     let missing: Vec<&str> = (0..least)
-                        .filter(|&i| named && args[i].is_none())
+                        .filter(|&i| any_named && args[i].is_none())
                         .map(|i| params[i])
                         .collect();
                     let missing = match missing.is_empty() {
