@@ -231,6 +231,7 @@ pub(super) fn explain(a: ExplainArgs) -> Result<()> {
         let inputs = parse_inputs(&spec, &a.inputs)?;
         open_inputs(&mut spec, &inputs, "explain")?;
         let view = spec.name.clone();
+        a.view.check(&view)?;
         engine.create_view(spec)?;
         if i > 0 {
             println!();

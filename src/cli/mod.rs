@@ -123,6 +123,20 @@ pub struct ViewArgs {
     pub view_name: Option<String>,
 }
 
+/// The DDL file at `path`, parsed.
+fn pipeline(path: &std::path::Path) -> Result<crate::spec::ddl::Pipeline> {
+    let text = std::fs::read_to_string(path).map_err(|e| crate::Error::SpecFile {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    crate::spec::ddl::parse(&text).map_err(|e| in_file(path, e))
+}
+
+/// An error of the DDL file at `path`, the file named first.
+fn in_file(path: &std::path::Path, e: crate::Error) -> CliError {
+    CliError::Refused(format!("{}: {e}", path.display()))
+}
+
 impl ViewArgs {
     /// The views these flags name: the TOML spec, or the DDL file's views
     /// (`all`: every one unless --view-name picks one; else exactly one).
@@ -133,13 +147,7 @@ impl ViewArgs {
             })?;
             return Ok(vec![crate::ViewSpec::from_toml_file(path)?]);
         };
-        let text = std::fs::read_to_string(path).map_err(|e| crate::Error::SpecFile {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        let views = crate::spec::ddl::parse(&text)
-            .map_err(|e| CliError::Refused(format!("{}: {e}", path.display())))?
-            .views;
+        let views = pipeline(path)?.views;
         let names = || {
             views
                 .iter()
@@ -164,6 +172,20 @@ impl ViewArgs {
                 names()
             ))),
         }
+    }
+
+    /// With --sql: what the engine refuses of view `name` (its SQL over the
+    /// declared columns), placed at its statement and query as a parse error
+    /// of the file is. Called once the inputs are checked against the
+    /// sources, before the view is created.
+    fn check(&self, name: &str) -> Result<()> {
+        let (Some(path), None) = (&self.sql, &self.view) else {
+            return Ok(());
+        };
+        crate::Engine::builder()
+            .build()?
+            .check_pipeline(&pipeline(path)?, |n| n == name)
+            .map_err(|e| in_file(path, e))
     }
 
     /// The one view these flags name.

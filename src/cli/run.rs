@@ -333,6 +333,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         builder = builder.with_state_root(url);
     }
     let mut engine = builder.build()?;
+    a.view.check(&view)?;
     engine
         .create_view(spec)
         .map_err(|e| lease_hint(e, a.state_root.as_deref()))?;

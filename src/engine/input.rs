@@ -15,7 +15,14 @@ use crate::time::is_event_time_type;
 /// The spec's sources with their schemas and event-time columns, checked:
 /// a schema is given, the event-time column exists and has an event-time
 /// type, and a source other views read has the same schema there.
-pub(super) fn resolve_sources(spec: &ViewSpec, views: &[View]) -> Result<Vec<SourceInfo>> {
+///
+/// `declared`: the window call of the view's SQL, as written and where, to
+/// name in place of the spec's fields it was lowered to.
+pub(super) fn resolve_sources(
+    spec: &ViewSpec,
+    views: &[View],
+    declared: Option<&str>,
+) -> Result<Vec<SourceInfo>> {
     let name = &spec.name;
     let mut sources = Vec::new();
     for s in &spec.sources {
@@ -69,7 +76,7 @@ pub(super) fn resolve_sources(spec: &ViewSpec, views: &[View]) -> Result<Vec<Sou
         });
     }
     if let (Some(w), Some(first)) = (&spec.window, sources.first()) {
-        check_date_window(spec, w, first)?;
+        check_date_window(spec, w, first, declared)?;
     }
     Ok(sources)
 }
@@ -77,26 +84,33 @@ pub(super) fn resolve_sources(spec: &ViewSpec, views: &[View]) -> Result<Vec<Sou
 /// Window bounds of a date event-time column are dates: a window size,
 /// slide, offset or session gap that is not a whole number of days would
 /// give distinct windows with the same printed bounds.
-fn check_date_window(spec: &ViewSpec, w: &WindowSpec, src: &SourceInfo) -> Result<()> {
+fn check_date_window(
+    spec: &ViewSpec,
+    w: &WindowSpec,
+    src: &SourceInfo,
+    declared: Option<&str>,
+) -> Result<()> {
     const DAY: Duration = Duration::from_secs(86_400);
     let dt = src.schema.field(src.event_time).data_type();
     if !matches!(dt, DataType::Date32 | DataType::Date64) {
         return Ok(());
     }
     let durations: Vec<(&str, Duration)> = match &w.kind {
-        WindowKind::Tumbling { size } => vec![("window.size", *size)],
-        WindowKind::Hopping { size, slide } => {
-            vec![("window.size", *size), ("window.slide", *slide)]
-        }
-        WindowKind::Session { gap, .. } => vec![("window.gap", *gap)],
+        WindowKind::Tumbling { size } => vec![("size", *size)],
+        WindowKind::Hopping { size, slide } => vec![("size", *size), ("slide", *slide)],
+        WindowKind::Session { gap, .. } => vec![("gap", *gap)],
     };
-    for (field, d) in durations.into_iter().chain([("window.offset", w.offset)]) {
+    for (field, d) in durations.into_iter().chain([("offset", w.offset)]) {
         if d.as_millis() % DAY.as_millis() != 0 {
+            // the window as the user wrote it: the call in the SQL, or the spec's field
+            let what = match declared {
+                Some(call) => format!("{call}: its {field}, {},", humantime::format_duration(d)),
+                None => format!("window.{field} = {}", humantime::format_duration(d)),
+            };
             return Err(Error::spec(
                 &spec.name,
                 format!(
-                    "{field} = {} is not a whole number of days, but the event-time column `{}` of source `{}` is a {dt}: use whole days, or a timestamp column",
-                    humantime::format_duration(d),
+                    "{what} is not a whole number of days, but the event-time column `{}` of source `{}` is a {dt}: use whole days, or a timestamp column",
                     src.schema.field(src.event_time).name(),
                     src.name
                 ),

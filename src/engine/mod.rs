@@ -154,7 +154,7 @@ impl Engine {
             return Err(Error::DuplicateView(spec.name.clone()));
         }
         let name = spec.name.clone();
-        let (sources, eval) = self.planned(&spec, layout.as_ref())?;
+        let (sources, eval) = self.planned(&spec, layout.as_ref(), written.as_deref())?;
         let bound = spec
             .window
             .as_ref()
@@ -291,9 +291,7 @@ impl Engine {
         }
         // every view checked before any is created: a text the engine refuses
         // creates nothing (no view of it reads another, so each checks alone)
-        for v in &pipeline.views {
-            self.check_view(v)?;
-        }
+        self.check_pipeline(&pipeline, |_| true)?;
         let mut names = Vec::new();
         for v in pipeline.views {
             names.push(v.name.clone());
@@ -305,20 +303,47 @@ impl Engine {
     /// What [`Self::create_view`] refuses of `spec` in its window, its spec,
     /// its sources or its SQL, found without changing the engine.
     fn check_view(&self, spec: &ViewSpec) -> Result<()> {
-        let (spec, layout, _) = lowered(spec.clone())?;
-        self.planned(&spec, layout.as_ref()).map(|_| ())
+        let (spec, layout, written) = lowered(spec.clone())?;
+        self.planned(&spec, layout.as_ref(), written.as_deref())
+            .map(|_| ())
+    }
+
+    /// [`Self::check_view`] of each view of a DDL text that `chosen` picks
+    /// (by name), an error placed at its statement and query.
+    pub(crate) fn check_pipeline(
+        &self,
+        p: &crate::spec::ddl::Pipeline,
+        chosen: impl Fn(&str) -> bool,
+    ) -> Result<()> {
+        for (i, v) in p.views.iter().enumerate() {
+            if chosen(&v.name) {
+                self.check_view(v).map_err(|e| p.placed(i, e))?;
+            }
+        }
+        Ok(())
     }
 
     /// `spec`'s sources, resolved against the views there are, its SQL
     /// planned over them, and the names of its output checked (`layout`: where
-    /// a window in the SQL shows its bounds; see [`check_names`]).
+    /// a window in the SQL shows its bounds; see [`check_names`]). An error of
+    /// the SQL shows the query as `written` when a window in it was lowered.
     fn planned(
         &self,
         spec: &ViewSpec,
         layout: Option<&crate::spec::window_sql::Layout>,
+        written: Option<&str>,
     ) -> Result<(Vec<crate::paths::SourceInfo>, SqlEvaluator)> {
-        let sources = input::resolve_sources(spec, &self.views)?;
-        let eval = SqlEvaluator::new(&spec.name, &spec.sql, &sources, self.rt.clone())?;
+        let sources = input::resolve_sources(spec, &self.views, layout.map(|l| l.declared()))?;
+        let eval = SqlEvaluator::new(&spec.name, &spec.sql, &sources, self.rt.clone()).map_err(
+            |e| match (e, written) {
+                (Error::Sql { view, source, .. }, Some(w)) => Error::Sql {
+                    view,
+                    sql: w.to_string(),
+                    source,
+                },
+                (e, _) => e,
+            },
+        )?;
         check_names(spec, layout, &sources, &eval.out_schema)?;
         Ok((sources, eval))
     }

@@ -43,6 +43,34 @@ pub struct Pipeline {
     pub sources: Vec<(SourceSpec, WatermarkSpec)>,
     /// The views, in the order declared.
     pub views: Vec<ViewSpec>,
+    /// Where each view's query starts, to place what is refused of it later
+    /// (see [`Pipeline::placed`]).
+    places: Vec<Place>,
+}
+
+/// A view's statement, and where its query starts.
+#[derive(Clone, Debug)]
+struct Place {
+    statement: usize,
+    head: String,
+    at: Location,
+}
+
+impl Pipeline {
+    /// `e`, an error of the `i`-th view found once the text parsed (its SQL
+    /// planned over its sources' columns and types), placed where that
+    /// view's query starts, as a parse error of it would be.
+    pub(crate) fn placed(&self, i: usize, e: Error) -> Error {
+        match (self.places.get(i), e) {
+            (Some(p), e) if !matches!(e, Error::Ddl { .. }) => Error::Ddl {
+                statement: p.statement,
+                line: p.at.line,
+                column: p.at.column,
+                message: format!("{e} (in statement {}: `{}`)", p.statement, p.head),
+            },
+            (_, e) => e,
+        }
+    }
 }
 
 /// The error of a DDL text: which statement, which token, where.
@@ -412,11 +440,22 @@ fn source(c: &mut Cursor<'_, '_>, name: String) -> Result<(SourceSpec, Watermark
             "source `{name}` declares no event time: add `WATERMARK FOR column AS column - INTERVAL …` to its columns"
         ));
     };
-    if !fields.iter().any(|f| f.name() == &event_time) {
+    let Some(time) = fields.iter().find(|f| f.name() == &event_time) else {
         return Err(err(
             stmt,
             at,
             format!("WATERMARK FOR `{event_time}`: source `{name}` has no such column"),
+        ));
+    };
+    if !crate::time::is_event_time_type(time.data_type()) {
+        return Err(err(
+            stmt,
+            at,
+            format!(
+                "WATERMARK FOR `{event_time}`: the column is {}; event time must be a \
+                 TIMESTAMP, a DATE or an integer of milliseconds (BIGINT)",
+                time.data_type()
+            ),
         ));
     }
     let mut mark = WatermarkSpec {
@@ -501,7 +540,7 @@ fn view(
     c: &mut Cursor<'_, '_>,
     name: String,
     sources: &[(SourceSpec, WatermarkSpec)],
-) -> Result<ViewSpec> {
+) -> Result<(ViewSpec, Location)> {
     let stmt = c.stmt;
     let mut output = OutputMode::Append;
     let mut mode = ExecMode::Auto;
@@ -644,11 +683,35 @@ fn view(
                 .unwrap_or_else(|| std::sync::Arc::new(Schema::empty())),
         );
     }
-    b.build().map_err(|e| err(stmt, at, e))
+    b.build().map(|v| (v, at)).map_err(|e| err(stmt, at, e))
+}
+
+/// Refuses `name` for the object `stmt` declares when an object of the other
+/// kind (`other`: "source" or "view") already has it: sources and views share
+/// one namespace, as tables and views do in a SQL catalog.
+fn clash<'n>(
+    stmt: &Stmt<'_>,
+    name: &str,
+    other: &str,
+    names: impl IntoIterator<Item = &'n str>,
+) -> Result<()> {
+    match names.into_iter().find(|n| n.eq_ignore_ascii_case(name)) {
+        None => Ok(()),
+        Some(n) => Err(err(
+            stmt,
+            stmt.tokens[2].span.start,
+            format!(
+                "`{name}` is the name of {other} `{n}` already: sources and views share one namespace"
+            ),
+        )),
+    }
 }
 
 /// Parse a DDL text (see the module).
 pub fn parse(text: &str) -> Result<Pipeline> {
+    // a byte order mark (as editors on Windows save UTF-8) is not the text's
+    // first character: its positions are counted after it, as an editor shows them
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let tokens = Tokenizer::new(&GenericDialect {}, text)
         .with_unescape(true)
         .tokenize_with_location()
@@ -679,6 +742,7 @@ pub fn parse(text: &str) -> Result<Pipeline> {
     let mut p = Pipeline {
         sources: Vec::new(),
         views: Vec::new(),
+        places: Vec::new(),
     };
     for (i, tokens) in stmts.into_iter().filter(|s| !s.is_empty()).enumerate() {
         let stmt = Stmt {
@@ -701,6 +765,12 @@ pub fn parse(text: &str) -> Result<Pipeline> {
                     format!("source `{name}` is declared twice"),
                 ));
             }
+            clash(
+                &stmt,
+                &name,
+                "view",
+                p.views.iter().map(|v| v.name.as_str()),
+            )?;
             let s = source(&mut c, name)?;
             p.sources.push(s);
         } else if c.keyword("VIEW") {
@@ -712,8 +782,19 @@ pub fn parse(text: &str) -> Result<Pipeline> {
                     format!("view `{name}` is declared twice"),
                 ));
             }
-            let v = view(&mut c, name, &p.sources)?;
+            clash(
+                &stmt,
+                &name,
+                "source",
+                p.sources.iter().map(|(s, _)| s.name.as_str()),
+            )?;
+            let (v, at) = view(&mut c, name, &p.sources)?;
             p.views.push(v);
+            p.places.push(Place {
+                statement: stmt.number,
+                head: stmt.head(),
+                at,
+            });
         } else {
             let found = c.describe();
             return c.fail(format!(

@@ -77,6 +77,9 @@ pub(crate) struct Layout {
     /// The first window function in `FROM` (`TUMBLE(…)` with its line and
     /// column), which names the bounds `window_start` and `window_end`.
     call: Option<String>,
+    /// The call that declares the window (`TUMBLE(…)` or `date_bin(…)`),
+    /// as written and where.
+    declared: String,
 }
 
 impl Layout {
@@ -84,6 +87,11 @@ impl Layout {
     /// `window_end`, as written and where (none for `date_bin`).
     pub(crate) fn call(&self) -> Option<&str> {
         self.call.as_deref()
+    }
+
+    /// The call that declares the view's window, as written and where.
+    pub(crate) fn declared(&self) -> &str {
+        &self.declared
     }
 
     /// The output columns as indices into `runtime` (window bounds first,
@@ -234,6 +242,7 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
                 .iter()
                 .find(|d| d.source.is_some())
                 .map(|d| format!("`{}` ({})", d.text, d.at)),
+            declared: format!("`{}` ({})", first.text, first.at),
         },
         written: spec.sql.clone(),
     }))

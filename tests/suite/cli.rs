@@ -765,4 +765,46 @@ fn run_takes_a_sql_pipeline_and_equals_the_toml_view() {
         !out.status.success() && err.contains("bad.sql: invalid DDL at line 1, column 34"),
         "{err}"
     );
+    // so does what the engine refuses once the text parsed (a column the
+    // query reads that its source does not declare), showing the query as
+    // written; a view that --view-name leaves out is not checked
+    let unknown = PIPELINE.replace("SUM(price)", "SUM(cost)");
+    let bad = write(dir.path(), "unknown.sql", &unknown);
+    let bad_s = bad.display().to_string();
+    for args in [
+        vec!["run", "--sql", &bad_s, "--view-name", "bids_per_auction"],
+        vec!["explain", "--sql", &bad_s],
+    ] {
+        let out = thund()
+            .args(&args)
+            .args(["--input", &input_arg])
+            .args(if args[0] == "run" {
+                vec!["--output", &b_s]
+            } else {
+                vec![]
+            })
+            .output()
+            .expect("run thund");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && err.contains("unknown.sql: invalid DDL at line 5, column 3")
+                && err.contains("No field named cost")
+                && err
+                    .contains("SUM(cost) AS volume\n  FROM TUMBLE(bids, ts, INTERVAL '10' SECOND)")
+                && err.contains("(in statement 2: `CREATE VIEW bids_per_auction`)"),
+            "{args:?}: {err}"
+        );
+    }
+    run_ok(&[
+        "run",
+        "--sql",
+        &bad_s,
+        "--view-name",
+        "top",
+        "--input",
+        &input_arg,
+        "--output",
+        &b_s,
+    ]);
 }
