@@ -176,7 +176,7 @@ fn window_lines(batch: &RecordBatch, show: usize) -> Vec<String> {
     lines
 }
 
-pub(super) fn demo(a: DemoArgs) -> Result<()> {
+pub(super) fn demo(a: DemoArgs) -> super::Result<()> {
     let started = Instant::now();
     let mut engine = Engine::builder().build()?;
     let views = demo_views()?;
@@ -192,12 +192,12 @@ pub(super) fn demo(a: DemoArgs) -> Result<()> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} triggers {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    println!(
+    outln!(
         "Þund demo: {} bids in {} triggers, views: {}",
         a.events,
         triggers,
         names.join(", ")
-    );
+    )?;
     let mut latencies = Vec::new();
     let mut pushed = 0usize;
     for k in 0..=triggers {
@@ -253,11 +253,7 @@ pub(super) fn demo(a: DemoArgs) -> Result<()> {
             closed,
             report.latency
         ));
-        pb.suspend(|| {
-            for l in &lines {
-                println!("{l}");
-            }
-        });
+        pb.suspend(|| lines.iter().try_for_each(|l| outln!("{l}")))?;
         pb.inc(1);
         pb.set_message(format!("W {}", display(first.watermark)));
     }
@@ -267,17 +263,19 @@ pub(super) fn demo(a: DemoArgs) -> Result<()> {
         .get(latencies.len() / 2)
         .copied()
         .unwrap_or(Duration::ZERO);
-    println!(
+    outln!(
         "done in {:.2?}; trigger latency p50 {:.2?}",
         started.elapsed(),
         p50
-    );
+    )?;
     for n in &names {
         let c = engine.counters(n)?;
-        println!(
+        outln!(
             "  {n}: {} rows, {} late, {} windows closed",
-            c.rows, c.late_rows_dropped, c.windows_closed
-        );
+            c.rows,
+            c.late_rows_dropped,
+            c.windows_closed
+        )?;
     }
     Ok(())
 }

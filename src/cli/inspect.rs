@@ -133,7 +133,7 @@ pub(super) fn inspect(a: InspectArgs) -> Result<()> {
         .map_err(Error::Runtime)?;
     let views = store.views().map_err(ck)?;
     if views.is_empty() {
-        println!("{}: no views", a.url);
+        outln!("{}: no views", a.url)?;
     }
     for v in views {
         let listing = store.list(&v).map_err(ck)?;
@@ -142,15 +142,15 @@ pub(super) fn inspect(a: InspectArgs) -> Result<()> {
             PointerState::Missing => "missing".into(),
             PointerState::Unreadable(r) => format!("UNREADABLE ({r})"),
         };
-        println!("view {v}: latest pointer {latest}");
+        outln!("view {v}: latest pointer {latest}")?;
         let lease = store.lease_holder(&v).map_err(ck)?;
-        println!("  writer lease: {}", lease_text(lease));
+        outln!("  writer lease: {}", lease_text(lease))?;
         let mut checked: BTreeMap<String, Option<String>> = BTreeMap::new();
         for (epoch, el) in &listing.epochs {
             match &el.manifest {
-                ManifestState::Missing => println!("  epoch {epoch}: not committed (no manifest)"),
+                ManifestState::Missing => outln!("  epoch {epoch}: not committed (no manifest)")?,
                 ManifestState::Unreadable(r) => {
-                    println!("  epoch {epoch}: BROKEN: unreadable manifest: {r}")
+                    outln!("  epoch {epoch}: BROKEN: unreadable manifest: {r}")?
                 }
                 ManifestState::Valid(m) => {
                     let mut broken = listing.check_files(m).err().map(|r| r.to_string());
@@ -174,7 +174,7 @@ pub(super) fn inspect(a: InspectArgs) -> Result<()> {
                         .filter_map(|s| s.offset.map(|o| format!("{}={o}", s.name)))
                         .collect();
                     let finished = m.extra.get("finished").and_then(|f| f.as_bool()) == Some(true);
-                    println!(
+                    outln!(
                         "  epoch {epoch}: {}, W {}, {} files, {rows} rows, {bytes} bytes, late {}, windows closed {}{}{}",
                         match &broken {
                             Some(r) => format!("BROKEN ({r})"),
@@ -190,12 +190,12 @@ pub(super) fn inspect(a: InspectArgs) -> Result<()> {
                             format!(", offsets {}", offsets.join(" "))
                         },
                         if finished { ", end of stream" } else { "" }
-                    );
+                    )?;
                     for f in &m.files {
-                        println!(
+                        outln!(
                             "    {} (operator {}, worker {}, {} rows, {} bytes, written by epoch {})",
                             f.path, f.operator, f.worker, f.rows, f.bytes, f.epoch
-                        );
+                        )?;
                     }
                 }
             }
@@ -220,7 +220,7 @@ pub(super) fn inspect(a: InspectArgs) -> Result<()> {
             ),
             ResumeDecision::Refuse { reason, .. } => format!("a run is refused: {reason}"),
         };
-        println!("  {resume}");
+        outln!("  {resume}")?;
     }
     Ok(())
 }
@@ -234,9 +234,9 @@ pub(super) fn explain(a: ExplainArgs) -> Result<()> {
         a.view.check(&view)?;
         engine.create_view(spec)?;
         if i > 0 {
-            println!();
+            outln!()?;
         }
-        print!("{}", engine.explain(&view)?);
+        out!("{}", engine.explain(&view)?)?;
     }
     Ok(())
 }

@@ -4,6 +4,23 @@
 //! One file per command: `demo` (with its bid generator), `run`, and
 //! `inspect`/`explain`.
 
+/// `print!` to stdout that gives a failed write (a reader gone: `thund
+/// explain … | head -1`) as an error, where `print!` would panic.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout(), $($t)*).map_err(crate::cli::CliError::Stdout)
+    }};
+}
+
+/// `println!` as [`out!`] does `print!`.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($t)*).map_err(crate::cli::CliError::Stdout)
+    }};
+}
+
 mod demo;
 mod inspect;
 mod resume;
@@ -26,6 +43,10 @@ pub enum CliError {
     /// The command line refuses to go on: why, and what to do.
     #[error("{0}")]
     Refused(String),
+    /// Standard output could not be written (its reader is gone, or the
+    /// disk behind it is full).
+    #[error("stdout: {0}")]
+    Stdout(std::io::Error),
     /// `thund run` stopped on SIGINT (Ctrl-C) or SIGTERM between two
     /// triggers, after the last one was applied (and, with a state root,
     /// checkpointed). The process exits with 128 + the signal's number.
@@ -269,7 +290,7 @@ pub fn main_from_args() -> Result<()> {
 /// Run a parsed command line.
 pub fn run_cli(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Demo(a) => Ok(demo::demo(a)?),
+        Command::Demo(a) => demo::demo(a),
         Command::Run(a) => run::run(a),
         Command::Explain(a) => inspect::explain(a),
         Command::Inspect(a) => inspect::inspect(a),

@@ -99,7 +99,13 @@ impl Sink {
     fn finish(&mut self) -> Result<()> {
         let path = &self.path;
         match self.writer.take() {
-            Some(Writer::Csv(w)) => w.into_inner().flush().map_err(|e| out_err(path, e)),
+            // every write flushed its rows through (a failed one said so);
+            // `into_inner` would flush again and panic on an error (a reader
+            // of stdout gone after a failed write: `thund run … | head -1`)
+            Some(Writer::Csv(w)) => {
+                drop(w);
+                Ok(())
+            }
             Some(Writer::Parquet(w)) => w.close().map(|_| ()).map_err(|e| out_err(path, e)),
             None => Ok(()),
         }

@@ -808,3 +808,52 @@ fn run_takes_a_sql_pipeline_and_equals_the_toml_view() {
         &b_s,
     ]);
 }
+
+/// A reader of stdout that goes away (`thund run --output - | head -1`)
+/// ends the run with an error naming the broken pipe, not a panic: the
+/// output (far more than a pipe holds) is written to a pipe whose read end
+/// is closed before anything is read.
+#[test]
+fn a_closed_stdout_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sql = write(
+        dir.path(),
+        "p.sql",
+        "CREATE SOURCE bids (auction BIGINT, ts BIGINT, WATERMARK FOR ts AS ts);\n\
+         CREATE VIEW v AS SELECT auction, COUNT(*) AS n, window_start \
+         FROM TUMBLE(bids, ts, INTERVAL '1' SECOND) GROUP BY auction, window_start, window_end;",
+    );
+    let mut csv = String::from("auction,ts\n");
+    for i in 0..20_000i64 {
+        csv.push_str(&format!("{i},{}\n", i / 10));
+    }
+    let input = write(dir.path(), "bids.csv", &csv);
+    let input_arg = format!("bids={}", input.display());
+    for args in [
+        vec![
+            "run",
+            "--sql",
+            sql.to_str().expect("utf8"),
+            "--input",
+            &input_arg,
+            "--output",
+            "-",
+        ],
+        vec!["demo", "--events", "20000", "--rows-per-trigger", "10"],
+    ] {
+        let mut child = thund()
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn thund");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("Broken pipe") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}
