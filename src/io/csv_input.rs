@@ -317,7 +317,7 @@ impl Stats {
 
 fn samples(s: &[(u64, String)]) -> String {
     s.iter()
-        .map(|(l, v)| format!("line {l}: {v:?}"))
+        .map(|(l, v)| format!("line {l}: {}", super::typing::quoted(v)))
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -84,20 +84,26 @@ pub(crate) fn type_columns(
                 ),
             }
         })?;
-        if dst.null_count() > src.null_count() {
+        // a number written past the float's range (`1e400`) casts to an
+        // infinity: refused as out of range, as SQL databases do, not read
+        // as one (`inf` written as such is one)
+        let overflowed = out_of_range(src.as_ref(), dst.as_ref());
+        if dst.null_count() > src.null_count() || !overflowed.is_empty() {
             let fmt = ArrayFormatter::try_new(src.as_ref(), &FormatOptions::default())?;
-            for r in 0..rows {
-                if src.is_valid(r) && dst.is_null(r) {
-                    match bad.get_mut(&r) {
-                        Some(e) => e.3 += 1,
-                        None => {
-                            let value = fmt.value(r).to_string();
-                            let reason = format!(
-                                "{value:?} is not a valid {}",
-                                type_name(field.data_type())
-                            );
-                            bad.insert(r, (ci, Some(value), reason, 0));
-                        }
+            let cut = (0..rows).filter(|&r| src.is_valid(r) && dst.is_null(r));
+            let mut faults: Vec<(usize, &str)> = cut
+                .map(|r| (r, "is not a valid"))
+                .chain(overflowed.iter().map(|&r| (r, "is out of range for")))
+                .collect();
+            faults.sort_unstable();
+            for (r, what) in faults {
+                match bad.get_mut(&r) {
+                    Some(e) => e.3 += 1,
+                    None => {
+                        let value = fmt.value(r).to_string();
+                        let reason =
+                            format!("{} {what} {}", quoted(&value), type_name(field.data_type()));
+                        bad.insert(r, (ci, Some(value), reason, 0));
                     }
                 }
             }
@@ -173,6 +179,47 @@ pub(crate) fn type_columns(
     Ok(((good.num_rows() > 0).then_some(good), refused))
 }
 
+/// The rows where text `src` cast to a float `dst` gave an infinity that
+/// the text does not spell (`inf`, `-Infinity`): a number past the type's
+/// range. None for other casts.
+fn out_of_range(src: &dyn Array, dst: &dyn Array) -> Vec<usize> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::Float64Type;
+    let Some(text) = src.as_string_opt::<i32>() else {
+        return Vec::new();
+    };
+    // (a FLOAT's infinity stays one as a DOUBLE)
+    let wide = match dst.data_type() {
+        DataType::Float64 | DataType::Float32 => arrow::compute::cast(dst, &DataType::Float64),
+        _ => return Vec::new(),
+    };
+    let Ok(wide) = wide else {
+        return Vec::new();
+    };
+    (wide.as_primitive::<Float64Type>().iter().enumerate())
+        .filter(|(_, v)| v.is_some_and(f64::is_infinite))
+        .map(|(r, _)| r)
+        .filter(|&r| {
+            let t = text.value(r).trim();
+            let t = t.strip_prefix(['+', '-']).unwrap_or(t);
+            !(t.eq_ignore_ascii_case("inf") || t.eq_ignore_ascii_case("infinity"))
+        })
+        .collect()
+}
+
+/// The most characters of a cell a message quotes.
+const QUOTED_CHARS: usize = 64;
+
+/// A cell's text as a message quotes it (`"n/a"`): past [`QUOTED_CHARS`]
+/// characters cut, with its length, so that a huge cell (a file's 30 MB
+/// field) does not become a 30 MB message.
+pub(crate) fn quoted(v: &str) -> String {
+    match v.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{v:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &v[..cut], v.len()),
+    }
+}
+
 /// A type as the messages name it: the SQL name a `schema = "…"` would use,
 /// then Arrow's.
 pub fn type_name(dt: &DataType) -> String {
@@ -201,6 +248,18 @@ mod tests {
     use arrow::datatypes::{Field, Schema};
 
     use super::*;
+
+    /// A short cell is quoted whole; a long one is cut after 64 characters
+    /// (on a character, not a byte) and says how long it was.
+    #[test]
+    fn a_huge_cell_is_quoted_cut() {
+        assert_eq!(quoted("n/a"), "\"n/a\"");
+        let at_limit = "x".repeat(QUOTED_CHARS);
+        assert_eq!(quoted(&at_limit), format!("{at_limit:?}"));
+        let long = "ü".repeat(1_000);
+        let q = quoted(&long);
+        assert_eq!(q, format!("{:?}… (2000 bytes)", "ü".repeat(QUOTED_CHARS)));
+    }
 
     struct Lines;
     impl Locate for Lines {

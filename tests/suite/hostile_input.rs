@@ -433,6 +433,106 @@ fn an_empty_or_header_only_csv_says_so() {
     );
 }
 
+/// A bad cell of a million bytes is refused like any other, and quoted cut
+/// with its length: the message stays a line, not a megabyte.
+#[test]
+fn a_huge_bad_cell_is_named_not_copied_into_the_message() {
+    let f = files();
+    // (enough good rows that the TOML spelling infers the column an integer)
+    let mut csv = format!(
+        "auction,price,ts\n1,10,1000\n2,{},1500\n",
+        "x".repeat(1_000_000)
+    );
+    for i in 0..300 {
+        csv.push_str(&format!("{},{},{}\n", i % 5, i, 2_000 + i * 20));
+    }
+    let input = write(&f.dir, "huge.csv", &csv);
+    let good = write(
+        &f.dir,
+        "good.csv",
+        &csv.lines()
+            .filter(|l| l.len() < 100)
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    );
+    for view in [&f.view, &f.sql] {
+        let out = f.dir.join("o.csv");
+        let o = run(args(view, &input, 10, &out));
+        assert!(o.ok(), "{}: {}", view.display(), o.stderr);
+        let line = o
+            .stderr
+            .lines()
+            .find(|l| l.contains("line 3"))
+            .unwrap_or_else(|| panic!("no line 3 in {}", o.stderr));
+        assert!(
+            line.contains("column `price`") && line.contains("(1000000 bytes)") && line.len() < 300,
+            "{}",
+            &line[..line.len().min(300)]
+        );
+        assert!(o.stderr.len() < 4_000, "stderr of {} bytes", o.stderr.len());
+        // the results of the good rows alone
+        let alone = f.dir.join("alone.csv");
+        let g = run(args(view, &good, 10, &alone));
+        assert!(g.ok(), "{}", g.stderr);
+        assert_eq!(csv_rows(&out), csv_rows(&alone));
+    }
+}
+
+/// A number written past a float's range (`1e400`, a 401-digit integer)
+/// would cast to an infinity: its row is refused as out of range, as SQL
+/// databases refuse it, while `inf` and `-Infinity` written as such and the
+/// largest finite double are values. The results equal a run over the
+/// other rows alone.
+#[test]
+fn a_float_past_its_range_is_refused_not_read_as_infinity() {
+    let f = files();
+    let types = "auction BIGINT, price DOUBLE, ts BIGINT";
+    let view = write(
+        &f.dir,
+        "d.toml",
+        &VIEW.replace(
+            "event_time = \"ts\"",
+            &format!("event_time = \"ts\"\nschema = \"{types}\""),
+        ),
+    );
+    let sql = write(&f.dir, "d.sql", &ddl_of(VIEW, types));
+    let big = format!("1{}", "0".repeat(400));
+    let kept = ["10", "inf", "-Infinity", "1.7976931348623157e308", "-0.0"];
+    let refused = ["1e400", "-1e400", "1.8e308", big.as_str()];
+    let mut all = String::from("auction,price,ts\n");
+    let mut good = all.clone();
+    for (i, p) in kept.iter().chain(&refused).enumerate() {
+        let row = format!("{},{p},{}\n", i % 3, 1_000 + i * 300);
+        all.push_str(&row);
+        if kept.contains(p) {
+            good.push_str(&row);
+        }
+    }
+    let all = write(&f.dir, "all.csv", &all);
+    let good = write(&f.dir, "good.csv", &good);
+    for spec in [&view, &sql] {
+        let (out, alone) = (f.dir.join("out.csv"), f.dir.join("alone.csv"));
+        let o = run(args(spec, &all, 4, &out));
+        assert!(o.ok(), "{}", o.stderr);
+        for (k, p) in refused.iter().enumerate() {
+            let line = kept.len() + k + 2;
+            assert!(
+                o.stderr
+                    .lines()
+                    .any(|l| l.contains(&format!("line {line}: column `price`"))
+                        && l.contains("is out of range for DOUBLE")
+                        && l.contains(&p[..5])),
+                "line {line} ({p:.10}): {}",
+                o.stderr
+            );
+        }
+        assert!(o.stderr.contains("4 invalid"), "{}", o.stderr);
+        let g = run(args(spec, &good, 4, &alone));
+        assert!(g.ok(), "{}", g.stderr);
+        assert_eq!(csv_rows(&out), csv_rows(&alone));
+    }
+}
+
 fn write_parquet(path: &Path, rows: &[[String; 3]], group: usize) {
     use std::sync::Arc;
 
