@@ -162,6 +162,21 @@ impl InputReader {
     /// when that happened, and when a column mostly of numbers was read as
     /// text.
     pub fn open(path: &Path, event_time: &str, declared: Option<&SchemaRef>) -> Result<Self> {
+        // an input is read more than once (its identity, its header and
+        // types, then its rows; a resume seeks to an offset in it): a pipe's
+        // second read would wait for a writer for ever
+        let meta = std::fs::metadata(path).map_err(|e| input_err(path, e))?;
+        if meta.is_dir() {
+            return Err(input_err(path, "is a directory, not a file"));
+        }
+        if !meta.is_file() {
+            return Err(input_err(
+                path,
+                "not a regular file (a named pipe, socket or device): an input is read more \
+                 than once (its header and types, then its rows) and a resume seeks into it; \
+                 write the stream to a file first",
+            ));
+        }
         let identity = InputIdentity::of(path)?;
         let inner = match format_of(path) {
             Some(FileFormat::Csv) => Inner::Csv(Box::new(csv_input::CsvInput::open(

@@ -533,6 +533,51 @@ fn a_float_past_its_range_is_refused_not_read_as_infinity() {
     }
 }
 
+/// A named pipe (or a directory) given as an input is refused at once,
+/// naming it: an input is read more than once, and a pipe's second open
+/// would wait for a writer for ever. No writer is ever attached here, so a
+/// run that opened the pipe would block; it must end within the deadline.
+#[test]
+fn a_pipe_or_a_directory_as_input_is_refused_not_waited_on() {
+    let f = files();
+    let fifo = f.dir.join("stream.csv");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success());
+    let dir = f.dir.join("folder.csv");
+    std::fs::create_dir(&dir).expect("mkdir");
+    for (input, says) in [
+        (&fifo, "not a regular file (a named pipe, socket or device)"),
+        (&dir, "is a directory, not a file"),
+    ] {
+        for spec in [&f.view, &f.sql] {
+            let mut child = bin::thund()
+                .args(args(spec, input, 10, &f.dir.join("o.csv")))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn thund");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while child.try_wait().expect("try_wait").is_none() {
+                if std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                    panic!("thund waited on {} past a minute", input.display());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let out = child.wait_with_output().expect("output");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{err}");
+            assert!(
+                err.contains(&input.display().to_string()) && err.contains(says),
+                "{err}"
+            );
+        }
+    }
+}
+
 fn write_parquet(path: &Path, rows: &[[String; 3]], group: usize) {
     use std::sync::Arc;
 
