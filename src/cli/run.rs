@@ -236,6 +236,30 @@ fn view_files(a: &RunArgs) -> impl Iterator<Item = (String, &PathBuf)> {
 }
 
 /// A held lease gets a message that says what the command line can do.
+/// A checkpoint the sidecar could not commit (reported by a later trigger)
+/// stops the run, as Flink stops a job at its first failed checkpoint by
+/// default: running on would write output that a resume truncates away, with
+/// nothing said until the end. Run again to resume from the last committed
+/// epoch.
+fn stop_if_uncommitted(r: &TriggerReport) -> Result<()> {
+    match r
+        .checkpoints
+        .iter()
+        .find_map(|o| Some((o, o.result.as_ref().err()?)))
+    {
+        None => Ok(()),
+        Some((o, e)) => Err(Error::Checkpoint {
+            context: format!(
+                "view `{}` epoch {} (the run stops at a checkpoint it cannot commit; run it \
+                 again to resume from the last committed one)",
+                o.view, o.epoch
+            ),
+            source: e.clone(),
+        }
+        .into()),
+    }
+}
+
 fn lease_hint(e: Error, root: Option<&str>) -> CliError {
     if let Error::Checkpoint { source, .. } = &e {
         if let thund_checkpoint::Error::Fenced { view, path, holder } = source.as_ref() {
@@ -582,6 +606,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
             }
         }
         let r = engine.trigger()?;
+        stop_if_uncommitted(&r)?;
         let len = emit(&r)?;
         if exactly_once {
             engine.checkpoint(record(&readers, len, false))?;
@@ -590,6 +615,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
     }
     if ended {
         let r = engine.finish()?;
+        stop_if_uncommitted(&r)?;
         let len = emit(&r)?;
         if exactly_once {
             engine.checkpoint(record(&readers, len, true))?;

@@ -857,3 +857,59 @@ fn a_closed_stdout_is_an_error_not_a_panic() {
         );
     }
 }
+
+/// A checkpoint that cannot be committed (its epoch's directory cannot be
+/// made: a file has its name) stops `thund run` at a later trigger, exit 1
+/// naming the epoch, instead of running on to the end of the stream with
+/// nothing said; run again once the way is clear, it resumes from the last
+/// committed epoch and its output equals an uninterrupted run's.
+#[test]
+fn a_checkpoint_that_cannot_be_committed_stops_the_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let view = pipeline(dir.path());
+    let input = write(dir.path(), "bids.csv", &int_bids(200));
+    let (out, whole) = (dir.path().join("out.csv"), dir.path().join("whole.csv"));
+    let rep = dir.path().join("report.jsonl");
+    let state = dir.path().join("state");
+    let blocker = state.join("bids_per_auction").join("epoch=000003");
+    std::fs::create_dir_all(state.join("bids_per_auction")).expect("mkdir");
+    std::fs::write(&blocker, "in the way").expect("block epoch 3");
+    let root = bin::url(&state);
+    let args = run_args(
+        &view,
+        &input,
+        &[
+            "--output",
+            out.to_str().expect("utf8"),
+            "--report",
+            rep.to_str().expect("utf8"),
+            "--state-root",
+            &root,
+        ],
+    );
+    let o = bin::run(&args);
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("epoch 3") && o.stderr.contains("run it again to resume"),
+        "{}",
+        o.stderr
+    );
+    // stopped within two triggers of the failure, not at the end (epoch 11)
+    let ran = bin::report(&rep).len();
+    assert!((3..=5).contains(&ran), "{ran} triggers ran: {}", o.stderr);
+    std::fs::remove_file(&blocker).expect("clear the way");
+    let o = bin::run(&args);
+    assert!(o.ok(), "{}", o.stderr);
+    let o = bin::run(run_args(
+        &view,
+        &input,
+        &["--output", whole.to_str().expect("utf8")],
+    ));
+    assert!(o.ok(), "{}", o.stderr);
+    assert!(
+        rows(&whole).len() > 10,
+        "windows closed: {:?}",
+        rows(&whole)
+    );
+    assert_eq!(rows(&out), rows(&whole));
+}
