@@ -23,7 +23,9 @@
 //! although most of its cells are numbers or timestamps. The event-time
 //! column must come out as an integer of milliseconds, a timestamp or a date.
 
+use std::cell::RefCell;
 use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -42,9 +44,63 @@ const INFER_CHUNK: usize = 8192;
 /// Cells named in a note per column.
 const SAMPLES: usize = 3;
 
+/// Where records start, as an editor counts lines. The `csv` reader gives a
+/// record the position where its read began, before the line ends it then
+/// skips (the `\n` of the last record's `\r\n`, blank lines): in a file
+/// with CRLF line ends or blank lines that line is early. The skipped bytes
+/// are read back from the record's offset, only for the rows a message
+/// names (a refused row, a cell a note quotes), on a handle of its own.
+struct LineFinder {
+    path: PathBuf,
+    file: RefCell<Option<File>>,
+}
+
+impl LineFinder {
+    fn new(path: &Path) -> Self {
+        LineFinder {
+            path: path.to_path_buf(),
+            file: RefCell::new(None),
+        }
+    }
+
+    /// The line of the record whose read began at `(byte, line)`.
+    fn line(&self, (byte, mut line): (u64, u64)) -> u64 {
+        let mut slot = self.file.borrow_mut();
+        if slot.is_none() {
+            *slot = File::open(&self.path).ok();
+        }
+        let Some(f) = slot.as_mut() else {
+            return line;
+        };
+        if f.seek(SeekFrom::Start(byte)).is_err() {
+            return line;
+        }
+        let mut buf = [0u8; 512];
+        loop {
+            let n = match f.read(&mut buf) {
+                Ok(0) | Err(_) => return line,
+                Ok(n) => n,
+            };
+            for &b in &buf[..n] {
+                match b {
+                    b'\n' => line += 1,
+                    b'\r' => {}
+                    _ => return line,
+                }
+            }
+        }
+    }
+}
+
+/// `(byte, line)` of a `csv` position.
+fn at(p: &csv::Position) -> (u64, u64) {
+    (p.byte(), p.line())
+}
+
 /// A CSV file being read.
 pub(crate) struct CsvInput {
     path: PathBuf,
+    lines: LineFinder,
     reader: csv::Reader<File>,
     record: csv::ByteRecord,
     header: Vec<String>,
@@ -104,19 +160,21 @@ fn open_reader(path: &Path) -> Result<(csv::Reader<File>, Vec<String>)> {
 /// Text columns of up to `n` records, in the file's column order.
 struct Raw {
     cols: Vec<ArrayRef>,
-    lines: Vec<u64>,
+    /// Where each row's read began (see [`LineFinder`]).
+    starts: Vec<(u64, u64)>,
     refused: Vec<Refused>,
     records: u64,
 }
 
 struct Lines<'a> {
     path: &'a Path,
-    lines: &'a [u64],
+    starts: &'a [(u64, u64)],
+    finder: &'a LineFinder,
 }
 
 impl Locate for Lines<'_> {
     fn locate(&self, i: usize) -> (u64, String, String) {
-        let l = self.lines.get(i).copied().unwrap_or(0);
+        let l = self.starts.get(i).map_or(0, |&s| self.finder.line(s));
         (
             l,
             format!("line {l}"),
@@ -141,6 +199,7 @@ fn refuse(path: &Path, line: u64, column: Option<&str>, reason: String) -> Refus
 
 fn read_raw(
     path: &Path,
+    finder: &LineFinder,
     reader: &mut csv::Reader<File>,
     record: &mut csv::ByteRecord,
     header: &[String],
@@ -150,29 +209,23 @@ fn read_raw(
     let mut builders: Vec<StringBuilder> = (0..width)
         .map(|_| StringBuilder::with_capacity(n.min(INFER_CHUNK), 16 * n.min(INFER_CHUNK)))
         .collect();
-    let mut lines = Vec::with_capacity(n.min(INFER_CHUNK));
+    let mut starts = Vec::with_capacity(n.min(INFER_CHUNK));
     let mut refused = Vec::new();
     let mut records = 0u64;
     while (records as usize) < n {
         let more = reader.read_byte_record(record).map_err(|e| {
-            let line = e
-                .position()
-                .map(|p| p.line())
-                .unwrap_or(reader.position().line());
+            let line = finder.line(e.position().map_or(at(reader.position()), at));
             input_err(path, format!("line {line}: {e}"))
         })?;
         if !more {
             break;
         }
         records += 1;
-        let line = record
-            .position()
-            .map(|p| p.line())
-            .unwrap_or(reader.position().line());
+        let start = record.position().map_or(at(reader.position()), at);
         if record.len() != width {
             refused.push(refuse(
                 path,
-                line,
+                finder.line(start),
                 None,
                 format!(
                     "the row has {} field{}, the header has {width}",
@@ -185,7 +238,7 @@ fn read_raw(
         if let Some(bad) = record.iter().position(|f| std::str::from_utf8(f).is_err()) {
             refused.push(refuse(
                 path,
-                line,
+                finder.line(start),
                 Some(&header[bad]),
                 "the cell is not valid UTF-8 text".to_string(),
             ));
@@ -197,14 +250,14 @@ fn read_raw(
                 _ => b.append_null(),
             }
         }
-        lines.push(line);
+        starts.push(start);
     }
     Ok(Raw {
         cols: builders
             .into_iter()
             .map(|mut b| Arc::new(b.finish()) as ArrayRef)
             .collect(),
-        lines,
+        starts,
         refused,
         records,
     })
@@ -234,7 +287,12 @@ fn looks_like_date(s: &str) -> bool {
 }
 
 impl Stats {
-    fn add(&mut self, col: &StringArray, lines: &[u64]) -> Result<(), arrow::error::ArrowError> {
+    fn add(
+        &mut self,
+        col: &StringArray,
+        starts: &[(u64, u64)],
+        finder: &LineFinder,
+    ) -> Result<(), arrow::error::ArrowError> {
         let non_empty = valid(col);
         if non_empty == 0 {
             return Ok(());
@@ -273,7 +331,7 @@ impl Stats {
                 if col.is_null(r) {
                     continue;
                 }
-                let line = lines.get(r).copied().unwrap_or(0);
+                let line = starts.get(r).map_or(0, |&s| finder.line(s));
                 if floats.is_null(r) && self.not_numbers.len() < SAMPLES {
                     self.not_numbers.push((line, col.value(r).to_string()));
                 }
@@ -336,10 +394,18 @@ fn infer(path: &Path, event_time: &str) -> Result<(SchemaRef, Vec<String>)> {
         ));
     }
     let mut stats: Vec<Stats> = header.iter().map(|_| Stats::default()).collect();
+    let finder = LineFinder::new(path);
     let mut record = csv::ByteRecord::new();
     let mut rows = 0u64;
     loop {
-        let raw = read_raw(path, &mut reader, &mut record, &header, INFER_CHUNK)?;
+        let raw = read_raw(
+            path,
+            &finder,
+            &mut reader,
+            &mut record,
+            &header,
+            INFER_CHUNK,
+        )?;
         if raw.records == 0 {
             break;
         }
@@ -349,7 +415,8 @@ fn infer(path: &Path, event_time: &str) -> Result<(SchemaRef, Vec<String>)> {
                 .as_any()
                 .downcast_ref::<StringArray>()
                 .ok_or_else(|| input_err(path, "internal: a text column is not text"))?;
-            s.add(col, &raw.lines).map_err(|e| input_err(path, e))?;
+            s.add(col, &raw.starts, &finder)
+                .map_err(|e| input_err(path, e))?;
         }
     }
     if rows == 0 {
@@ -454,6 +521,7 @@ impl CsvInput {
         })?;
         Ok(CsvInput {
             path: path.to_path_buf(),
+            lines: LineFinder::new(path),
             reader,
             record: csv::ByteRecord::new(),
             header,
@@ -517,6 +585,7 @@ impl CsvInput {
     pub(crate) fn next_chunk(&mut self, n: usize, domain: &EventTimeDomain) -> Result<Chunk> {
         let raw = read_raw(
             &self.path,
+            &self.lines,
             &mut self.reader,
             &mut self.record,
             &self.header,
@@ -526,7 +595,8 @@ impl CsvInput {
         let cols: Vec<ArrayRef> = self.map.iter().map(|&i| raw.cols[i].clone()).collect();
         let at = Lines {
             path: &self.path,
-            lines: &raw.lines,
+            starts: &raw.starts,
+            finder: &self.lines,
         };
         let (batch, mut refused) = type_columns(
             &self.path,

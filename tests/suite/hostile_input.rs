@@ -578,6 +578,65 @@ fn a_pipe_or_a_directory_as_input_is_refused_not_waited_on() {
     }
 }
 
+/// A refused row is named by the line an editor shows it on, whatever the
+/// file's line ends: CRLF (as Windows and spreadsheets write CSV), blank
+/// lines between rows, a quoted cell that spans lines. The `csv` reader
+/// places a row where its read began, before the line ends it skips, so
+/// each of these named an earlier line.
+#[test]
+fn a_refused_row_is_named_at_its_editor_line_whatever_the_line_ends() {
+    let f = files();
+    let sql = write(
+        &f.dir,
+        "n.sql",
+        "CREATE SOURCE bids (auction BIGINT, price BIGINT, ts BIGINT, note VARCHAR,\n\
+         WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);\n\
+         CREATE VIEW v AS SELECT auction, SUM(price) AS volume, MAX(note) AS note \
+         FROM TUMBLE(bids, ts, INTERVAL '2' SECOND) GROUP BY auction, window_start, window_end;",
+    );
+    // the bad cells `x` and `y` are on the editor's lines 4 and 8
+    let mut lines: Vec<String> = [
+        "auction,price,ts,note",
+        "1,10,1000,\"a",
+        "two-line\"",
+        "2,x,1100,plain",
+        "3,30,1200,plain",
+        "",
+        "",
+        "4,y,1300,\"q \"\"z\"\"\"",
+    ]
+    .iter()
+    .map(|l| l.to_string())
+    .collect();
+    // (enough good rows that the TOML spelling infers the column an integer)
+    lines.extend((0..300).map(|i| format!("{},{i},{},n", i % 4, 1_400 + i * 10)));
+    for eol in ["\n", "\r\n"] {
+        let input = write(&f.dir, "n.csv", &(lines.join(eol) + eol));
+        for spec in [&sql, &f.view] {
+            let o = run(args(spec, &input, 50, &f.dir.join("o.csv")));
+            assert!(o.ok(), "{}", o.stderr);
+            for want in [
+                "line 4: column `price`: \"x\" is not a valid BIGINT",
+                "line 8: column `price`: \"y\" is not a valid BIGINT",
+            ] {
+                assert!(
+                    o.stderr.contains(want),
+                    "{eol:?} {}: no {want:?} in\n{}",
+                    spec.display(),
+                    o.stderr
+                );
+            }
+        }
+        // the note of inference quotes them at the same lines
+        let o = run(args(&f.view, &input, 50, &f.dir.join("o.csv")));
+        assert!(
+            o.stderr.contains("line 4: \"x\"") && o.stderr.contains("line 8: \"y\""),
+            "{eol:?}: {}",
+            o.stderr
+        );
+    }
+}
+
 fn write_parquet(path: &Path, rows: &[[String; 3]], group: usize) {
     use std::sync::Arc;
 
