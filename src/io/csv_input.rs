@@ -646,6 +646,19 @@ fn match_header(path: &Path, header: &[String], schema: &SchemaRef) -> Result<Ve
     if !extra.is_empty() {
         what.push(format!("not declared: {}", extra.join(", ")));
     }
+    // a name that is a declared one with spaces around it: said, since a
+    // list of names does not show them
+    let spaced: Vec<String> = extra
+        .iter()
+        .filter(|h| h.trim() != **h && missing.contains(&h.trim()))
+        .map(|h| format!("`{h}` is `{}` with spaces around it", h.trim()))
+        .collect();
+    if !spaced.is_empty() {
+        what.push(format!(
+            "{} (the header's names are read as written)",
+            spaced.join(", ")
+        ));
+    }
     Err(input_err(
         path,
         format!(

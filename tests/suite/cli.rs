@@ -292,6 +292,21 @@ fn a_declared_schema_wins_and_the_header_must_match_it() {
             assert!(o.stderr.contains(needle), "no {needle:?} in {}", o.stderr);
         }
     }
+    // a header name with spaces around it is said to be one, since a list
+    // of names does not show them
+    let spaced = write(dir.path(), "spaced.csv", "auction ,price, ts\n1,10,1000\n");
+    let types = "auction BIGINT, price DOUBLE, ts BIGINT";
+    for view in spellings(dir.path(), &declared(types), types) {
+        let o = bin::run(run_args(&view, &spaced, &[]));
+        assert_eq!(o.code, Some(1), "{}", o.stderr);
+        assert!(
+            o.stderr
+                .contains("`auction ` is `auction` with spaces around it")
+                && o.stderr.contains("` ts` is `ts` with spaces around it"),
+            "{}",
+            o.stderr
+        );
+    }
 }
 
 #[test]
