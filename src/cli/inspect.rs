@@ -111,6 +111,13 @@ fn lease_text(lease: Option<std::result::Result<LeaseInfo, String>>) -> String {
 }
 
 pub(super) fn inspect(a: InspectArgs) -> Result<()> {
+    if super::run::in_memory(&a.url) {
+        return Err(CliError::Refused(format!(
+            "state root {}: a memory:// state root lives only inside the process that made it; \
+             nothing of it is here to inspect",
+            a.url
+        )));
+    }
     if let Some(dir) = local_dir(&a.url) {
         if !dir.is_dir() {
             return Err(CliError::Refused(format!(

@@ -260,6 +260,12 @@ fn stop_if_uncommitted(r: &TriggerReport) -> Result<()> {
     }
 }
 
+/// Whether a state root URL is the in-process `memory://` store.
+pub(super) fn in_memory(url: &str) -> bool {
+    url.get(..9)
+        .is_some_and(|s| s.eq_ignore_ascii_case("memory://"))
+}
+
 fn lease_hint(e: Error, root: Option<&str>) -> CliError {
     if let Error::Checkpoint { source, .. } = &e {
         if let thund_checkpoint::Error::Fenced { view, path, holder } = source.as_ref() {
@@ -303,6 +309,12 @@ fn peak_rss() -> Option<u64> {
 
 pub(super) fn run(a: RunArgs) -> Result<()> {
     // 1. flags and files, before anything is opened for writing
+    if let Some(root) = a.state_root.as_deref().filter(|r| in_memory(r)) {
+        return Err(CliError::Refused(format!(
+            "--state-root {root}: a memory:// state root lives only as long as this process, so no \
+             later run could resume from it; give file:///absolute/path"
+        )));
+    }
     let mut spec = a.view.spec()?;
     let inputs = parse_inputs(&spec, &a.inputs)?;
     for s in &spec.sources {

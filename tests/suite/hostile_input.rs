@@ -863,6 +863,25 @@ fn bad_flags_are_refused() {
         !out.exists(),
         "nothing is written before the flags are checked"
     );
+    // a memory:// state root would be gone when the process ends: no run
+    // could resume from it, and no other process inspect it
+    a.truncate(a.len() - 2);
+    a.extend(["--state-root".to_string(), "memory://runs".to_string()]);
+    let o = run(&a);
+    assert_eq!(o.code, Some(1));
+    assert!(
+        o.stderr.contains("--state-root memory://runs") && o.stderr.contains("file:///"),
+        "{}",
+        o.stderr
+    );
+    assert!(!out.exists(), "nothing is written");
+    let o = run(["inspect", "MEMORY://runs"]);
+    assert_eq!(o.code, Some(1));
+    assert!(
+        o.stderr.contains("lives only inside the process"),
+        "{}",
+        o.stderr
+    );
 }
 
 /// A query whose operators chain deeper than DataFusion's recursion takes
