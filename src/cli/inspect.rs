@@ -111,7 +111,7 @@ fn lease_text(lease: Option<std::result::Result<LeaseInfo, String>>) -> String {
 }
 
 pub(super) fn inspect(a: InspectArgs) -> Result<()> {
-    if super::run::in_memory(&a.url) {
+    if super::in_memory(&a.url) {
         return Err(CliError::Refused(format!(
             "state root {}: a memory:// state root lives only inside the process that made it; \
              nothing of it is here to inspect",
@@ -238,7 +238,7 @@ pub(super) fn explain(a: ExplainArgs) -> Result<()> {
         let inputs = parse_inputs(&spec, &a.inputs)?;
         open_inputs(&mut spec, &inputs, "explain")?;
         let view = spec.name.clone();
-        a.view.check(&view)?;
+        a.view.check(&engine, &view)?;
         engine.create_view(spec)?;
         if i > 0 {
             outln!()?;

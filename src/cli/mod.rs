@@ -153,6 +153,12 @@ fn pipeline(path: &std::path::Path) -> Result<crate::spec::ddl::Pipeline> {
     crate::spec::ddl::parse(&text).map_err(|e| in_file(path, e))
 }
 
+/// Whether a state root URL is the in-process `memory://` store.
+fn in_memory(url: &str) -> bool {
+    url.get(..9)
+        .is_some_and(|s| s.eq_ignore_ascii_case("memory://"))
+}
+
 /// An error of the DDL file at `path`, the file named first.
 fn in_file(path: &std::path::Path, e: crate::Error) -> CliError {
     CliError::Refused(format!("{}: {e}", path.display()))
@@ -195,16 +201,15 @@ impl ViewArgs {
         }
     }
 
-    /// With --sql: what the engine refuses of view `name` (its SQL over the
-    /// declared columns), placed at its statement and query as a parse error
-    /// of the file is. Called once the inputs are checked against the
-    /// sources, before the view is created.
-    fn check(&self, name: &str) -> Result<()> {
+    /// With --sql: what `engine` would refuse of view `name` (its SQL over
+    /// the declared columns), placed at its statement and query as a parse
+    /// error of the file is. Called once the inputs are checked against the
+    /// sources, before the view is created in `engine`.
+    fn check(&self, engine: &crate::Engine, name: &str) -> Result<()> {
         let (Some(path), None) = (&self.sql, &self.view) else {
             return Ok(());
         };
-        crate::Engine::builder()
-            .build()?
+        engine
             .check_pipeline(&pipeline(path)?, |n| n == name)
             .map_err(|e| in_file(path, e))
     }

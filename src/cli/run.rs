@@ -235,7 +235,6 @@ fn view_files(a: &RunArgs) -> impl Iterator<Item = (String, &PathBuf)> {
         .filter_map(|(flag, p)| Some((format!("the view's {flag} file"), p.as_ref()?)))
 }
 
-/// A held lease gets a message that says what the command line can do.
 /// A checkpoint the sidecar could not commit (reported by a later trigger)
 /// stops the run, as Flink stops a job at its first failed checkpoint by
 /// default: running on would write output that a resume truncates away, with
@@ -260,12 +259,7 @@ fn stop_if_uncommitted(r: &TriggerReport) -> Result<()> {
     }
 }
 
-/// Whether a state root URL is the in-process `memory://` store.
-pub(super) fn in_memory(url: &str) -> bool {
-    url.get(..9)
-        .is_some_and(|s| s.eq_ignore_ascii_case("memory://"))
-}
-
+/// A held lease gets a message that says what the command line can do.
 fn lease_hint(e: Error, root: Option<&str>) -> CliError {
     if let Error::Checkpoint { source, .. } = &e {
         if let thund_checkpoint::Error::Fenced { view, path, holder } = source.as_ref() {
@@ -309,7 +303,7 @@ fn peak_rss() -> Option<u64> {
 
 pub(super) fn run(a: RunArgs) -> Result<()> {
     // 1. flags and files, before anything is opened for writing
-    if let Some(root) = a.state_root.as_deref().filter(|r| in_memory(r)) {
+    if let Some(root) = a.state_root.as_deref().filter(|r| super::in_memory(r)) {
         return Err(CliError::Refused(format!(
             "--state-root {root}: a memory:// state root lives only as long as this process, so no \
              later run could resume from it; give file:///absolute/path"
@@ -369,7 +363,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         builder = builder.with_state_root(url);
     }
     let mut engine = builder.build()?;
-    a.view.check(&view)?;
+    a.view.check(&engine, &view)?;
     engine
         .create_view(spec)
         .map_err(|e| lease_hint(e, a.state_root.as_deref()))?;
