@@ -1,10 +1,11 @@
 //! Input checks: a view's sources resolved against their schemas at
 //! `create_view`, and every pushed batch conformed to its source's schema.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::{Array, RecordBatch};
-use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::view::View;
 use crate::error::{Error, Result};
@@ -26,7 +27,7 @@ pub(super) fn resolve_sources(
     let name = &spec.name;
     let mut sources = Vec::new();
     for s in &spec.sources {
-        let schema = s.schema.clone().ok_or_else(|| {
+        let schema = s.schema.as_ref().map(plain_schema).ok_or_else(|| {
             Error::spec(
                 name,
                 format!(
@@ -120,8 +121,41 @@ fn check_date_window(
     Ok(())
 }
 
+/// A column's type with dictionary encoding taken off (`Dictionary(Int32,
+/// Utf8)` is `Utf8`): an encoding, as Parquet writers choose it for
+/// repetitive strings, not a type of its own; both paths see the values.
+pub(crate) fn plain_type(dt: &DataType) -> &DataType {
+    match dt {
+        DataType::Dictionary(_, v) => plain_type(v),
+        dt => dt,
+    }
+}
+
+/// `schema` with every dictionary-encoded column read as its values
+/// ([`plain_type`]).
+fn plain_schema(schema: &SchemaRef) -> SchemaRef {
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| matches!(f.data_type(), DataType::Dictionary(..)))
+    {
+        return schema.clone();
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            f.as_ref()
+                .clone()
+                .with_data_type(plain_type(f.data_type()).clone())
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
 /// Check a batch against a source schema (names and types) and give it that
-/// schema; non-nullable columns must hold no NULLs. Floats come out canonical
+/// schema; non-nullable columns must hold no NULLs. A dictionary-encoded
+/// column is decoded ([`plain_type`]). Floats come out canonical
 /// (`-0.0` as `0.0`, every NaN as the one positive NaN).
 pub(crate) fn conform(source: &str, schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
     let err = |message: String| Error::SchemaMismatch {
@@ -146,7 +180,7 @@ pub(crate) fn conform(source: &str, schema: &SchemaRef, batch: RecordBatch) -> R
                 have.name()
             )));
         }
-        if want.data_type() != have.data_type() {
+        if want.data_type() != plain_type(have.data_type()) {
             return Err(err(format!(
                 "column `{}`: expected type {}, got {}",
                 want.name(),
@@ -165,11 +199,13 @@ pub(crate) fn conform(source: &str, schema: &SchemaRef, batch: RecordBatch) -> R
         }
     }
     // one rule for floats on both paths: -0.0 is 0.0, every NaN the one NaN
-    let columns = batch
-        .columns()
-        .iter()
-        .map(crate::paths::sql::checked::canonical_array)
-        .collect();
+    let columns = (batch.columns().iter().zip(schema.fields()))
+        .map(|(c, want)| match c.data_type() == want.data_type() {
+            true => Ok(c.clone()),
+            false => arrow::compute::cast(c, want.data_type()).map_err(|e| err(e.to_string())),
+        })
+        .map(|c| c.map(|c| crate::paths::sql::checked::canonical_array(&c)))
+        .collect::<Result<Vec<_>>>()?;
     RecordBatch::try_new(schema.clone(), columns).map_err(|e| err(e.to_string()))
 }
 

@@ -639,20 +639,27 @@ fn a_refused_row_is_named_at_its_editor_line_whatever_the_line_ends() {
     }
 }
 
-fn write_parquet(path: &Path, rows: &[[String; 3]], group: usize) {
+/// `rows` as Parquet, the auction column dictionary-encoded with `dictionary`
+/// (as pandas and Spark write repetitive columns).
+fn write_parquet(path: &Path, rows: &[[String; 3]], group: usize, dictionary: bool) {
     use std::sync::Arc;
 
-    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch};
     use arrow::datatypes::{DataType, Field, Schema};
+    let auction = match dictionary {
+        true => DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Int64)),
+        false => DataType::Int64,
+    };
     let schema = Arc::new(Schema::new(vec![
-        Field::new("auction", DataType::Int64, true),
+        Field::new("auction", auction, true),
         Field::new("price", DataType::Int64, true),
         Field::new("ts", DataType::Int64, true),
     ]));
     let col = |i: usize| {
-        Arc::new(Int64Array::from_iter_values(
+        let a: ArrayRef = Arc::new(Int64Array::from_iter_values(
             rows.iter().map(|r| r[i].parse::<i64>().expect("int")),
-        )) as _
+        ));
+        arrow::compute::cast(&a, schema.field(i).data_type()).expect("encode")
     };
     let batch = RecordBatch::try_new(schema.clone(), vec![col(0), col(1), col(2)]).expect("batch");
     let props = parquet::file::properties::WriterProperties::builder()
@@ -675,13 +682,37 @@ fn a_parquet_input_gives_the_csv_results_and_a_broken_one_is_named() {
         &csv_text(&rows.iter().map(|b| b.to_vec()).collect::<Vec<_>>()),
     );
     let pq_in = f.dir.join("bids.parquet");
-    write_parquet(&pq_in, &rows, 128);
+    let dict_in = f.dir.join("dictionary.parquet");
+    write_parquet(&pq_in, &rows, 128, false);
+    write_parquet(&dict_in, &rows, 128, true);
     let (a, b) = (f.dir.join("a.csv"), f.dir.join("b.csv"));
     assert!(run(args(&f.view, &csv_in, 100, &a)).ok());
-    for view in [&f.view, &f.sql] {
-        let o = run(args(view, &pq_in, 100, &b));
-        assert!(o.ok(), "{}: {}", view.display(), o.stderr);
-        assert_eq!(csv_rows(&a), csv_rows(&b), "{}", view.display());
+    let recompute = write(
+        &f.dir,
+        "r.toml",
+        &VIEW.replace(
+            "output = \"append\"",
+            "output = \"append\"\nmode = \"recompute\"",
+        ),
+    );
+    for input in [&pq_in, &dict_in] {
+        for view in [&f.view, &f.sql, &recompute] {
+            let o = run(args(view, input, 100, &b));
+            assert!(
+                o.ok(),
+                "{} over {}: {}",
+                view.display(),
+                input.display(),
+                o.stderr
+            );
+            assert_eq!(
+                csv_rows(&a),
+                csv_rows(&b),
+                "{} over {}",
+                view.display(),
+                input.display()
+            );
+        }
     }
     assert!(!csv_rows(&a).is_empty());
 

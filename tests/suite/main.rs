@@ -15,6 +15,7 @@ mod checkpoint_misuse;
 mod cli;
 mod crash;
 mod ddl;
+mod encodings;
 mod hostile_input;
 mod incremental_state;
 mod late_and_idle;
