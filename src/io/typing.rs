@@ -73,36 +73,49 @@ pub(crate) fn type_columns(
             typed.push(src.clone());
             continue;
         }
-        let dst = cast_with_options(src.as_ref(), field.data_type(), &opts).map_err(|e| {
-            Error::Input {
-                path: path.to_path_buf(),
-                message: format!(
-                    "column `{}` holds {} values, which cannot be read as {}: {e}",
-                    field.name(),
-                    type_name(src.data_type()),
-                    type_name(field.data_type())
-                ),
-            }
-        })?;
-        // a number written past the float's range (`1e400`) casts to an
-        // infinity: refused as out of range, as SQL databases do, not read
-        // as one (`inf` written as such is one)
+        let cannot = |why: String| Error::Input {
+            path: path.to_path_buf(),
+            message: format!(
+                "column `{}` holds {} values, which cannot be read as {}: {why}",
+                field.name(),
+                type_name(src.data_type()),
+                type_name(field.data_type())
+            ),
+        };
+        if let Some(why) = meaningless_cast(src.data_type(), field.data_type()) {
+            return Err(cannot(why));
+        }
+        let dst = match floored_timestamps(src.as_ref(), field.data_type()) {
+            Some(d) => d,
+            None => cast_with_options(src.as_ref(), field.data_type(), &opts),
+        }
+        .map_err(|e| cannot(e.to_string()))?;
+        // a number written past the float's range (`1e400`, or a DOUBLE's
+        // 1e300 as a FLOAT) casts to an infinity: refused as out of range,
+        // as SQL databases do, not read as one (`inf` written as such is one)
         let overflowed = out_of_range(src.as_ref(), dst.as_ref());
-        if dst.null_count() > src.null_count() || !overflowed.is_empty() {
+        // 1.5 cast to an integer is 1: refused, as the text "1.5" is
+        let fractions = fractions(src.as_ref(), dst.as_ref())?;
+        if dst.null_count() > src.null_count() || !overflowed.is_empty() || !fractions.is_empty() {
             let fmt = ArrayFormatter::try_new(src.as_ref(), &FormatOptions::default())?;
             let cut = (0..rows).filter(|&r| src.is_valid(r) && dst.is_null(r));
-            let mut faults: Vec<(usize, &str)> = cut
-                .map(|r| (r, "is not a valid"))
-                .chain(overflowed.iter().map(|&r| (r, "is out of range for")))
+            let mut faults: Vec<(usize, &str, &str)> = cut
+                .map(|r| (r, "is not a valid", ""))
+                .chain(overflowed.iter().map(|&r| (r, "is out of range for", "")))
+                .chain(
+                    fractions
+                        .iter()
+                        .map(|&r| (r, "is not a valid", " (it has a fraction)")),
+                )
                 .collect();
             faults.sort_unstable();
-            for (r, what) in faults {
+            for (r, what, tail) in faults {
                 match bad.get_mut(&r) {
                     Some(e) => e.3 += 1,
                     None => {
                         let value = fmt.value(r).to_string();
-                        let reason =
-                            format!("{} {what} {}", quoted(&value), type_name(field.data_type()));
+                        let ty = type_name(field.data_type());
+                        let reason = format!("{} {what} {ty}{tail}", quoted(&value));
                         bad.insert(r, (ci, Some(value), reason, 0));
                     }
                 }
@@ -179,32 +192,123 @@ pub(crate) fn type_columns(
     Ok(((good.num_rows() > 0).then_some(good), refused))
 }
 
-/// The rows where text `src` cast to a float `dst` gave an infinity that
-/// the text does not spell (`inf`, `-Infinity`): a number past the type's
+/// Why a column of type `from` is not read as `to` at all, where a cast
+/// would change what its values mean: a time's count of its own unit
+/// (days, microseconds, …) read as a number, or a number read as a count
+/// of days. An integer read as a `TIMESTAMP` is milliseconds, as an
+/// event-time integer is.
+fn meaningless_cast(from: &DataType, to: &DataType) -> Option<String> {
+    let time = |dt: &DataType| {
+        matches!(
+            dt,
+            DataType::Timestamp(..)
+                | DataType::Date32
+                | DataType::Date64
+                | DataType::Time32(_)
+                | DataType::Time64(_)
+                | DataType::Duration(_)
+                | DataType::Interval(_)
+        )
+    };
+    let number = |dt: &DataType| dt.is_numeric();
+    if time(from) && number(to) {
+        return Some(format!(
+            "a cast would give each value's count of its unit ({from}), not milliseconds; declare the column {}",
+            match from {
+                DataType::Timestamp(..) => "TIMESTAMP",
+                DataType::Date32 | DataType::Date64 => "DATE (or TIMESTAMP)",
+                _ => "as the file holds it",
+            }
+        ));
+    }
+    if number(from) && to == &DataType::Date32 {
+        return Some(
+            "a number is not a date; declare the column TIMESTAMP (integers are milliseconds) or as the file holds it"
+                .to_string(),
+        );
+    }
+    None
+}
+
+/// A timestamp of a finer unit than `to`'s (microseconds as milliseconds)
+/// floored to it, as event times are (`-1 µs` is `-1 ms`, before the
+/// epoch): a cast truncates towards zero, which puts a time just before a
+/// window's start into the window. `None` for other casts.
+fn floored_timestamps(
+    src: &dyn Array,
+    to: &DataType,
+) -> Option<std::result::Result<ArrayRef, arrow::error::ArrowError>> {
+    use arrow::datatypes::TimeUnit;
+    let (DataType::Timestamp(from, _), DataType::Timestamp(TimeUnit::Millisecond, _)) =
+        (src.data_type(), to)
+    else {
+        return None;
+    };
+    if !matches!(from, TimeUnit::Microsecond | TimeUnit::Nanosecond) {
+        return None;
+    }
+    Some(crate::time::to_millis(src).and_then(|ms| arrow::compute::cast(&ms, to)))
+}
+
+/// The rows where a float or decimal `src` cast to an integer `dst` lost a
+/// fraction (`1.5` read as `1`).
+fn fractions(src: &dyn Array, dst: &dyn Array) -> Result<Vec<usize>> {
+    let lossy = matches!(
+        src.data_type(),
+        DataType::Float16
+            | DataType::Float32
+            | DataType::Float64
+            | DataType::Decimal32(..)
+            | DataType::Decimal64(..)
+            | DataType::Decimal128(..)
+            | DataType::Decimal256(..)
+    );
+    if !lossy || !dst.data_type().is_integer() {
+        return Ok(Vec::new());
+    }
+    let back = arrow::compute::cast(dst, src.data_type())?;
+    let differs = arrow::compute::kernels::cmp::distinct(&back, &src)?;
+    Ok((0..src.len())
+        .filter(|&r| dst.is_valid(r) && differs.value(r))
+        .collect())
+}
+
+/// The rows where a text or a wider float `src` cast to a float `dst` gave
+/// an infinity that the value does not hold (text that does not spell
+/// `inf` or `-Infinity`, a finite `DOUBLE`): a number past the type's
 /// range. None for other casts.
 fn out_of_range(src: &dyn Array, dst: &dyn Array) -> Vec<usize> {
     use arrow::array::AsArray;
     use arrow::datatypes::Float64Type;
-    let Some(text) = src.as_string_opt::<i32>() else {
-        return Vec::new();
-    };
     // (a FLOAT's infinity stays one as a DOUBLE)
-    let wide = match dst.data_type() {
-        DataType::Float64 | DataType::Float32 => arrow::compute::cast(dst, &DataType::Float64),
-        _ => return Vec::new(),
+    let wide = |a: &dyn Array| match a.data_type() {
+        DataType::Float64 | DataType::Float32 | DataType::Float16 => {
+            arrow::compute::cast(a, &DataType::Float64).ok()
+        }
+        _ => None,
     };
-    let Ok(wide) = wide else {
+    let Some(out) = wide(dst) else {
         return Vec::new();
     };
-    (wide.as_primitive::<Float64Type>().iter().enumerate())
+    let infinite = (out.as_primitive::<Float64Type>().iter().enumerate())
         .filter(|(_, v)| v.is_some_and(f64::is_infinite))
-        .map(|(r, _)| r)
-        .filter(|&r| {
-            let t = text.value(r).trim();
-            let t = t.strip_prefix(['+', '-']).unwrap_or(t);
-            !(t.eq_ignore_ascii_case("inf") || t.eq_ignore_ascii_case("infinity"))
-        })
-        .collect()
+        .map(|(r, _)| r);
+    if let Some(text) = src.as_string_opt::<i32>() {
+        return infinite
+            .filter(|&r| {
+                let t = text.value(r).trim();
+                let t = t.strip_prefix(['+', '-']).unwrap_or(t);
+                !(t.eq_ignore_ascii_case("inf") || t.eq_ignore_ascii_case("infinity"))
+            })
+            .collect();
+    }
+    match wide(src) {
+        Some(before) => {
+            let before = before.as_primitive::<Float64Type>();
+            infinite.filter(|&r| before.value(r).is_finite()).collect()
+        }
+        None => Vec::new(),
+    }
 }
 
 /// The most characters of a cell a message quotes.

@@ -736,6 +736,160 @@ fn a_parquet_input_gives_the_csv_results_and_a_broken_one_is_named() {
     );
 }
 
+/// A typed Parquet column read as a declared type keeps its meaning or is
+/// refused: a microsecond timestamp just before the epoch (or a window's
+/// start) stays before it, as in the CSV of the same values; a fraction
+/// read as an integer, or a `DOUBLE` past a `FLOAT`'s range, refuses its
+/// row as the text would; a timestamp or date declared an integer (which
+/// would be its count of microseconds or days, read as milliseconds) is
+/// refused, naming the column.
+#[test]
+fn a_typed_parquet_column_keeps_its_meaning_as_the_declared_type_or_is_refused() {
+    use std::sync::Arc;
+
+    use arrow::array::{
+        ArrayRef, Date32Array, Float64Array, Int64Array, RecordBatch, TimestampMicrosecondArray,
+    };
+    use arrow::datatypes::{Field, Schema};
+    let f = files();
+    let pq = |name: &str, cols: Vec<(&str, ArrayRef)>| {
+        let schema = Arc::new(Schema::new(
+            cols.iter()
+                .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+                .collect::<Vec<_>>(),
+        ));
+        let batch = RecordBatch::try_new(schema.clone(), cols.into_iter().map(|c| c.1).collect())
+            .expect("batch");
+        let path = f.dir.join(name);
+        let file = std::fs::File::create(&path).expect("create");
+        let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, None).expect("writer");
+        w.write(&batch).expect("write");
+        w.close().expect("close");
+        path
+    };
+    let sql = |price: &str, ts: &str| {
+        // (a DATE is not summed)
+        let sum = match price {
+            "DATE" => "MAX(price)",
+            _ => "SUM(price)",
+        };
+        write(
+            &f.dir,
+            &format!("{price}_{ts}.sql"),
+            &format!(
+                "CREATE SOURCE bids (auction BIGINT, price {price}, ts {ts}, \
+                 WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);\n\
+                 CREATE VIEW v WITH (output = 'append') AS SELECT window_start, window_end, auction, \
+                 COUNT(*) AS n, {sum} AS s, MIN(ts) AS lo \
+                 FROM TUMBLE(bids, ts, INTERVAL '2' SECOND) GROUP BY window_start, window_end, auction;"
+            ),
+        )
+    };
+    let go = |view: &Path, input: &Path| {
+        let out = f.dir.join("out.csv");
+        let _ = std::fs::remove_file(&out);
+        let o = run(args(view, input, 3, &out));
+        // each refusal's row (a CSV's line 1 is its header: line r + 1 is
+        // the Parquet file's row r) and column
+        let refused: Vec<(u64, String)> = (o.stderr.lines())
+            .filter_map(|l| {
+                let (_, r) = l
+                    .split_once(".parquet: row ")
+                    .or_else(|| l.split_once(".csv: line "))?;
+                let (n, rest) = r.split_once(": column `")?;
+                let shift = u64::from(l.contains(".csv: "));
+                Some((
+                    n.parse::<u64>().ok()? - shift,
+                    rest.split('`').next()?.to_string(),
+                ))
+            })
+            .collect();
+        (o, csv_rows(&out), refused)
+    };
+    let auction = [1i64, 1, 2, 2, 1, 2, 1];
+    let micros = [-1i64, -999, -1000, -1001, 1_999_999, 2_000_000, 3_999_001];
+    let prices = [1.0f64, 1.5, -2.0, 0.999, 1e300, 4.0, -1.5];
+    let file = pq(
+        "typed.parquet",
+        vec![
+            ("auction", Arc::new(Int64Array::from(auction.to_vec()))),
+            ("price", Arc::new(Float64Array::from(prices.to_vec()))),
+            (
+                "ts",
+                Arc::new(TimestampMicrosecondArray::from(micros.to_vec())),
+            ),
+        ],
+    );
+    // the same values as text: the header is a CSV's line 1, so its rows are
+    // lines 2.. where the Parquet file's are rows 1..; shifted to compare
+    let text: String = (0..auction.len())
+        .map(|i| {
+            let us = micros[i];
+            let (s, frac) = (us.div_euclid(1_000_000), us.rem_euclid(1_000_000));
+            // (a few seconds around the epoch)
+            let t = match s {
+                s if s < 0 => format!("1969-12-31T23:59:{:02}", 60 + s),
+                s => format!("1970-01-01T00:00:{s:02}"),
+            };
+            format!("{},{},{t}.{frac:06}\n", auction[i], prices[i])
+        })
+        .collect();
+    let csv = write(&f.dir, "typed.csv", &format!("auction,price,ts\n{text}"));
+    for (price, refused_rows) in [("BIGINT", vec![2, 4, 5, 7]), ("FLOAT", vec![5])] {
+        let view = sql(price, "TIMESTAMP");
+        let (a, rows_a, refused_a) = go(&view, &file);
+        let (b, rows_b, refused_b) = go(&view, &csv);
+        assert!(a.ok() && b.ok(), "{}\n{}", a.stderr, b.stderr);
+        assert!(!rows_a.is_empty());
+        assert_eq!(rows_a, rows_b, "{price}: the Parquet file and its CSV");
+        assert_eq!(refused_a, refused_b, "{price}");
+        let at: Vec<(u64, String)> = (refused_rows.iter())
+            .map(|&r| (r, "price".to_string()))
+            .collect();
+        assert_eq!(refused_a, at, "{price}");
+        // the rows at -1 µs and -999 µs are in the window before the epoch
+        assert!(
+            rows_a
+                .iter()
+                .any(|r| r.starts_with("1969-12-31T23:59:58,1970-01-01T00:00:00,1,")),
+            "{rows_a:?}"
+        );
+    }
+    // a time declared an integer, a number declared a date: refused, named
+    let dates = pq(
+        "dates.parquet",
+        vec![
+            ("auction", Arc::new(Int64Array::from(vec![1]))),
+            ("price", Arc::new(Int64Array::from(vec![1]))),
+            ("ts", Arc::new(Date32Array::from(vec![3]))),
+        ],
+    );
+    for (input, price, ts, says) in [
+        (
+            &file,
+            "BIGINT",
+            "BIGINT",
+            "column `ts` holds TIMESTAMP values, which cannot be read as BIGINT",
+        ),
+        (
+            &dates,
+            "BIGINT",
+            "BIGINT",
+            "column `ts` holds DATE values, which cannot be read as BIGINT",
+        ),
+        (
+            &file,
+            "DATE",
+            "TIMESTAMP",
+            "column `price` holds DOUBLE values, which cannot be read as DATE",
+        ),
+    ] {
+        let o = go(&sql(price, ts), input).0;
+        assert_eq!(o.code, Some(1), "{ts}: {}", o.stderr);
+        assert!(o.stderr.contains(says), "{ts}: {}", o.stderr);
+    }
+}
+
 #[test]
 fn unwritable_outputs_fail_before_anything_is_touched() {
     let f = files();
