@@ -12,9 +12,9 @@ use std::time::Duration;
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use common::canon;
+use common::{canon, triggers, Triggers};
 use proptest::prelude::*;
-use thund::{Engine, ExecMode, OutputMode, PathKind, ViewSpec, WindowSpec};
+use thund::{Engine, ExecMode, PathKind, ViewSpec, WindowSpec};
 
 const KEYS: [Option<&str>; 5] = [Some("a"), Some(""), Some("bb"), Some("ä€"), None];
 
@@ -63,26 +63,12 @@ fn batch(rows: &[Row], encoded: bool) -> RecordBatch {
     b
 }
 
-#[derive(Clone, Debug)]
-struct Case {
-    /// Each trigger's rows, and whether its batch is dictionary-encoded.
-    triggers: Vec<(Vec<Row>, bool)>,
-    mode: OutputMode,
-    workers: usize,
-}
+/// Each trigger's rows, and whether its batch is dictionary-encoded.
+type Case = Triggers<(Vec<Row>, bool)>;
 
 fn case() -> impl Strategy<Value = Case> {
     let row = (0..KEYS.len(), prop::option::of(-50i64..50), 0i64..12_000);
-    (
-        prop::collection::vec((prop::collection::vec(row, 0..12), any::<bool>()), 1..6),
-        prop::sample::select(vec![OutputMode::Append, OutputMode::Update]),
-        1usize..=2,
-    )
-        .prop_map(|(triggers, mode, workers)| Case {
-            triggers,
-            mode,
-            workers,
-        })
+    triggers((prop::collection::vec(row, 0..12), any::<bool>()))
 }
 
 /// Every trigger's rows and the end of the stream's, canonical.

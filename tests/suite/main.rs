@@ -32,4 +32,5 @@ mod sessions;
 mod sinks;
 mod sql_shapes;
 mod tables;
+mod where_first;
 mod window_sql;

@@ -9,7 +9,7 @@
 use arrow::array::AsArray;
 use arrow::array::{
     make_array, new_null_array, Array, ArrayRef, BinaryArray, BooleanArray, Decimal128Array,
-    Float64Array, Int64Array, RecordBatch, UInt64Array, UInt8Array,
+    Float64Array, Int64Array, RecordBatch, UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow::buffer::NullBuffer;
 use arrow::compute::{cast, filter_record_batch};
@@ -561,11 +561,9 @@ pub(super) fn true_rows(
     what: &str,
     predicate: &dyn PhysicalExpr,
     batch: &RecordBatch,
+    pass: Option<&[bool]>,
 ) -> Result<NullBuffer> {
-    let m = predicate
-        .evaluate(batch)
-        .and_then(|c| c.into_array(batch.num_rows()))
-        .map_err(|e| Error::eval(view, e))?;
+    let m = evaluate(predicate, batch, pass).map_err(|e| Error::eval(view, e))?;
     let m = m.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| {
         Error::internal(view, format!("{what} did not evaluate to a boolean array"))
     })?;
@@ -574,6 +572,40 @@ pub(super) fn true_rows(
         Some(n) => m.values() & n.inner(),
     };
     Ok(NullBuffer::new(values))
+}
+
+/// `e` over `batch`, as SQL evaluates it after WHERE: where that fails and
+/// WHERE let only the rows `pass` through, over those rows alone, NULL at
+/// the others (which feed nothing). So `GROUP BY CAST(f AS BIGINT) … WHERE
+/// ABS(f) < 10` never casts the infinity WHERE refused, on either path; a
+/// batch whose every row can be evaluated is evaluated once, whole.
+pub(super) fn evaluate(
+    e: &dyn PhysicalExpr,
+    batch: &RecordBatch,
+    pass: Option<&[bool]>,
+) -> datafusion::error::Result<ArrayRef> {
+    let n = batch.num_rows();
+    match (e.evaluate(batch).and_then(|c| c.into_array(n)), pass) {
+        (Ok(a), _) => Ok(a),
+        (Err(err), None) => Err(err),
+        (Err(err), Some(pass)) if pass.iter().all(|p| *p) => Err(err),
+        (Err(_), Some(pass)) => {
+            let through = filter_record_batch(batch, &BooleanArray::from(pass.to_vec()))?;
+            let a = e
+                .evaluate(&through)
+                .and_then(|c| c.into_array(through.num_rows()))?;
+            let mut next = 0u32;
+            let at: UInt32Array = (pass.iter())
+                .map(|&p| {
+                    p.then(|| {
+                        next += 1;
+                        next - 1
+                    })
+                })
+                .collect();
+            Ok(arrow::compute::take(&a, &at, None)?)
+        }
+    }
 }
 
 /// One more input in a count: an overflow is an error, never a wrap.
@@ -649,18 +681,27 @@ fn fold_ints(
 impl IncrementalView {
     /// The dataflow's key columns of a batch (`keys`: with several arguments
     /// kept per value, the group keys only), canonical (`-0.0` as `0.0`, one NaN).
-    pub(super) fn key_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    /// The group keys of `batch`'s rows (see [`evaluate`] for `pass`).
+    pub(super) fn key_columns(
+        &self,
+        batch: &RecordBatch,
+        pass: Option<&[bool]>,
+    ) -> Result<Vec<ArrayRef>> {
         self.plan
             .keys
             .iter()
-            .map(|k| self.canonical(k.as_ref(), batch))
+            .map(|k| self.canonical(k.as_ref(), batch, pass))
             .collect()
     }
 
     /// One expression over a batch, canonical (`-0.0` as `0.0`, one NaN).
-    fn canonical(&self, e: &dyn PhysicalExpr, batch: &RecordBatch) -> Result<ArrayRef> {
-        e.evaluate(batch)
-            .and_then(|c| c.into_array(batch.num_rows()))
+    fn canonical(
+        &self,
+        e: &dyn PhysicalExpr,
+        batch: &RecordBatch,
+        pass: Option<&[bool]>,
+    ) -> Result<ArrayRef> {
+        evaluate(e, batch, pass)
             .map(|a| canonical_array(&a))
             .map_err(|err| Error::eval(&self.view, err))
     }
@@ -761,10 +802,11 @@ impl IncrementalView {
         groups: &[ArrayRef],
         batch: &RecordBatch,
         tag: usize,
+        pass: &[bool],
     ) -> Result<Vec<ArrayRef>> {
         let index = u8::try_from(tag)
             .map_err(|_| Error::internal(&self.view, "an argument index past 255"))?;
-        let values = self.canonical(t.args[tag].as_ref(), batch)?;
+        let values = self.canonical(t.args[tag].as_ref(), batch, Some(pass))?;
         let values: ArrayRef = match &t.encode {
             None => values,
             // arguments of different types: each value's row-format bytes
@@ -863,7 +905,7 @@ impl IncrementalView {
         for mut o in on_time {
             let mut pass = vec![true; o.batch.num_rows()];
             for f in &self.plan.filters {
-                let m = true_rows(&view, "WHERE", f.as_ref(), &o.batch)?;
+                let m = true_rows(&view, "WHERE", f.as_ref(), &o.batch, None)?;
                 for (i, p) in pass.iter_mut().enumerate() {
                     *p &= m.is_valid(i);
                 }
@@ -900,7 +942,7 @@ impl IncrementalView {
             // the keys and arguments evaluated once per batch
             let mut keys = match &self.converter {
                 None => Vec::new(),
-                Some(_) => self.key_columns(batch)?,
+                Some(_) => self.key_columns(batch, Some(&pass))?,
             };
             // MIN/MAX kept per value: two entries per unit and group
             if self.plan.extremes_per_value() {
@@ -919,10 +961,7 @@ impl IncrementalView {
                 .first
                 .iter()
                 .map(|&j| {
-                    self.plan.aggs[j]
-                        .arg
-                        .evaluate(batch)
-                        .and_then(|c| c.into_array(n))
+                    evaluate(self.plan.aggs[j].arg.as_ref(), batch, Some(&pass))
                         .map_err(|e| Error::eval(&view, e))
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -942,7 +981,7 @@ impl IncrementalView {
                             }
                             None => &keys,
                             Some(t) => {
-                                tagged = self.argument_key_columns(t, &keys, batch, tag)?;
+                                tagged = self.argument_key_columns(t, &keys, batch, tag, &pass)?;
                                 &tagged
                             }
                         };
@@ -966,7 +1005,7 @@ impl IncrementalView {
                     } else {
                         a.filter
                             .as_ref()
-                            .map(|f| true_rows(&view, "FILTER", f.as_ref(), batch))
+                            .map(|f| true_rows(&view, "FILTER", f.as_ref(), batch, Some(&pass)))
                             .transpose()?
                     };
                     args.push(self.arg(a, arr, only)?);

@@ -559,7 +559,8 @@ impl JoinView {
         let Some(cond) = &self.plan.pair_filter else {
             return Ok(None);
         };
-        let kept = super::ingest::true_rows(&self.view, "a join condition", cond.as_ref(), batch)?;
+        let kept =
+            super::ingest::true_rows(&self.view, "a join condition", cond.as_ref(), batch, None)?;
         Ok(Some(BooleanArray::new(kept.into_inner(), None)))
     }
 

@@ -261,7 +261,7 @@ impl IncrementalView {
                     .and_then(|c| c.into_array(n))
                     .map_err(|e| Error::eval(view, e))?;
                 let only = match &a.filter {
-                    Some(f) => Some(true_rows(view, "FILTER", f.as_ref(), &rows)?),
+                    Some(f) => Some(true_rows(view, "FILTER", f.as_ref(), &rows, None)?),
                     None => None,
                 };
                 self.arg(a, arg, only)

@@ -79,16 +79,17 @@ pub(super) struct Pruner {
     best: Store,
 }
 
+/// `exprs` over the rows of `batch` (see [`super::ingest::evaluate`] for `pass`).
 fn values(
     view: &str,
     exprs: &[Arc<dyn PhysicalExpr>],
     batch: &RecordBatch,
+    pass: &[bool],
 ) -> Result<Vec<ArrayRef>> {
     exprs
         .iter()
         .map(|e| {
-            e.evaluate(batch)
-                .and_then(|c| c.into_array(batch.num_rows()))
+            super::ingest::evaluate(e.as_ref(), batch, Some(pass))
                 .map_err(|err| Error::eval(view, err))
         })
         .collect()
@@ -148,12 +149,17 @@ impl Pruner {
         let internal = |e: arrow::error::ArrowError| Error::internal(view, e.to_string());
         let parts: Option<BatchKeys> = match &self.part_conv {
             Some(c) => Some(
-                BatchKeys::of(c, None, &values(view, &self.partition, batch)?, n_rows)
-                    .map_err(internal)?,
+                BatchKeys::of(
+                    c,
+                    None,
+                    &values(view, &self.partition, batch, pass)?,
+                    n_rows,
+                )
+                .map_err(internal)?,
             ),
             None => None,
         };
-        let order_cols = values(view, &self.order, batch)?;
+        let order_cols = values(view, &self.order, batch, pass)?;
         let mut rows = Batch {
             pass,
             times,

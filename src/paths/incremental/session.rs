@@ -425,7 +425,7 @@ impl IncrementalView {
     ) -> Result<Refusals> {
         let rows = match (&self.converter, store.needs_keys()) {
             (Some(conv), true) => {
-                let cols = self.key_columns(batch)?;
+                let cols = self.key_columns(batch, None)?;
                 Some(conv.convert_columns(&cols)?)
             }
             _ => None,

@@ -531,3 +531,30 @@ pub fn run_stream<E>(
     let r = e.finish().expect("finish");
     each(triggers.len(), &r, e)
 }
+
+/// A random stream in triggers, run in an output mode on 1 or 2 workers.
+#[derive(Clone, Debug)]
+pub struct Triggers<T> {
+    /// What each trigger pushes.
+    pub triggers: Vec<T>,
+    pub mode: thund::OutputMode,
+    pub workers: usize,
+}
+
+/// [`Triggers`] of 1 to 4 triggers drawn from `trigger`, in Append or
+/// Update mode.
+pub fn triggers<S: proptest::strategy::Strategy>(
+    trigger: S,
+) -> impl proptest::strategy::Strategy<Value = Triggers<S::Value>> {
+    use proptest::prelude::*;
+    (
+        prop::collection::vec(trigger, 1..5),
+        prop::sample::select(vec![thund::OutputMode::Append, thund::OutputMode::Update]),
+        1usize..=2,
+    )
+        .prop_map(|(triggers, mode, workers)| Triggers {
+            triggers,
+            mode,
+            workers,
+        })
+}
