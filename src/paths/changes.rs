@@ -3,12 +3,13 @@
 //! whose projected row did not change emits nothing, whatever its
 //! accumulators did.
 
-use arrow::array::{RecordBatch, UInt32Array};
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow::compute::take;
 use arrow::row::{RowConverter, Rows, SortField};
 use rustc_hash::FxHashMap;
 
 use crate::error::Result;
+use crate::paths::sql::checked::canonical_array;
 use crate::window::Window;
 
 /// The indices of the `new` rows not matched by an equal `old` row, as
@@ -29,6 +30,13 @@ pub(crate) fn unmatched<'a>(
         }
     }
     keep
+}
+
+/// `batch`'s columns as rows compare under the contract: floats canonical,
+/// so that a NaN is one value whatever its sign or payload (a sum's NaN
+/// from `inf + -inf` is the processor's negative one) and `-0.0` is `0.0`.
+fn comparable(batch: &RecordBatch) -> Vec<ArrayRef> {
+    batch.columns().iter().map(canonical_array).collect()
 }
 
 /// A row converter over every column of `batch`.
@@ -58,8 +66,8 @@ pub(crate) fn changed_rows(old: Option<&RecordBatch>, new: &RecordBatch) -> Resu
     let Ok(conv) = converter(new) else {
         return Ok(new.clone());
     };
-    let old_rows = conv.convert_columns(old.columns())?;
-    let new_rows = conv.convert_columns(new.columns())?;
+    let old_rows = conv.convert_columns(&comparable(old))?;
+    let new_rows = conv.convert_columns(&comparable(new))?;
     let keep = unmatched(
         old_rows.iter().map(|r| r.data()),
         new_rows.iter().map(|r| r.data()),
@@ -263,7 +271,7 @@ impl Shown {
             }
         }
         match self.conv.as_ref() {
-            Some(conv) => Ok(Some(conv.convert_columns(shown.columns())?)),
+            Some(conv) => Ok(Some(conv.convert_columns(&comparable(&shown))?)),
             None => Ok(None),
         }
     }

@@ -612,10 +612,9 @@ pub(super) fn compile(
 ) -> Result<(AggregatePlan, CompiledAggregate), FallbackReason> {
     let input: &DFSchema = s.aggregate.input.schema();
     let phys = |e: &Expr, schema: &DFSchema| {
-        ctx.create_physical_expr(e.clone(), schema)
-            .map_err(|err| FallbackReason::CannotCompile {
-                detail: format!("`{e}`: {err}"),
-            })
+        super::physical(ctx, e, schema).map_err(|err| FallbackReason::CannotCompile {
+            detail: format!("`{e}`: {err}"),
+        })
     };
     let mut keys = Vec::new();
     let mut key_desc = Vec::new();

@@ -229,10 +229,9 @@ fn side(
     shown: &mut Vec<String>,
 ) -> Result<String, FallbackReason> {
     let compile = |e: &Expr, input: &LogicalPlan| {
-        ctx.create_physical_expr(e.clone(), input.schema())
-            .map_err(|err| FallbackReason::CannotCompile {
-                detail: format!("`{e}`: {err}"),
-            })
+        super::physical(ctx, e, input.schema()).map_err(|err| FallbackReason::CannotCompile {
+            detail: format!("`{e}`: {err}"),
+        })
     };
     match p {
         LogicalPlan::TableScan(t) => {
@@ -434,7 +433,7 @@ pub(crate) fn compile(
                     pair.0, key_types[j]
                 )));
             }
-            keys.push(ctx.create_physical_expr(e.clone(), schema).map_err(|err| {
+            keys.push(super::physical(ctx, e, schema).map_err(|err| {
                 FallbackReason::CannotCompile {
                     detail: format!("`{e}`: {err}"),
                 }
@@ -515,15 +514,15 @@ pub(crate) fn compile(
         .data;
     let (table, replacement) = replacement_for(&node, JOINED)
         .ok_or_else(|| shape("the join's output cannot be read back under its qualified names"))?;
-    let pair_filter = match pair_filters.iter().cloned().reduce(|a, b| a.and(b)) {
-        Some(cond) => Some(
-            ctx.create_physical_expr(cond.clone(), replacement.schema())
-                .map_err(|err| FallbackReason::CannotCompile {
+    let pair_filter =
+        match pair_filters.iter().cloned().reduce(|a, b| a.and(b)) {
+            Some(cond) => Some(super::physical(ctx, &cond, replacement.schema()).map_err(
+                |err| FallbackReason::CannotCompile {
                     detail: format!("`{cond}`: {err}"),
-                })?,
-        ),
-        None => None,
-    };
+                },
+            )?),
+            None => None,
+        };
     let rest = unfiltered
         .transform_up_with_subqueries(|p| {
             Ok(if p == node {

@@ -310,6 +310,27 @@ impl Planned {
 }
 
 /// A session window's gap (ms) and key columns; `None` for other windows.
+/// `e` over `schema` as a physical expression, coerced and simplified as
+/// DataFusion's optimizer leaves the expressions the recompute path runs:
+/// some functions (`coalesce`, `nvl`) only run once simplified. No query
+/// start time is given, so `now()` is not frozen at the view's creation.
+pub(crate) fn physical(
+    ctx: &SessionContext,
+    e: &datafusion::logical_expr::Expr,
+    schema: &datafusion::common::DFSchema,
+) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>> {
+    use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContext};
+    let state = ctx.state();
+    let simplifier = ExprSimplifier::new(
+        SimplifyContext::builder()
+            .with_schema(std::sync::Arc::new(schema.clone()))
+            .with_config_options(std::sync::Arc::clone(state.config_options()))
+            .build(),
+    );
+    let e = simplifier.simplify(simplifier.coerce(e.clone(), schema)?)?;
+    ctx.create_physical_expr(e, schema)
+}
+
 fn session_plan(window: &crate::spec::WindowSpec) -> Option<(i64, Vec<String>)> {
     match &window.kind {
         crate::spec::WindowKind::Session { gap, key } => Some((crate::spec::ms(*gap), key.clone())),
@@ -583,10 +604,8 @@ fn top_rows(
                 data_type: dt.to_string(),
             });
         }
-        let p = ctx.create_physical_expr(e.clone(), &input).map_err(|err| {
-            FallbackReason::CannotCompile {
-                detail: format!("`{e}`: {err}"),
-            }
+        let p = physical(ctx, e, &input).map_err(|err| FallbackReason::CannotCompile {
+            detail: format!("`{e}`: {err}"),
         })?;
         Ok((p, dt))
     };

@@ -113,7 +113,7 @@ impl RankedRest {
         };
         let (numbering, params) = numbering(win)?;
         let input = win.input.schema();
-        let phys = |e: &Expr| ctx.create_physical_expr(e.clone(), input).ok();
+        let phys = |e: &Expr| super::physical(ctx, e, input).ok();
         let typed = |e: &Expr| e.get_type(input).ok();
         let partition = params
             .partition_by
