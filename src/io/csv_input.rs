@@ -397,6 +397,8 @@ fn infer(path: &Path, event_time: &str) -> Result<(SchemaRef, Vec<String>)> {
     let finder = LineFinder::new(path);
     let mut record = csv::ByteRecord::new();
     let mut rows = 0u64;
+    // rows refused as they were read (a wrong number of fields, not UTF-8)
+    let (mut refused, mut first_refused) = (0u64, None);
     loop {
         let raw = read_raw(
             path,
@@ -410,6 +412,10 @@ fn infer(path: &Path, event_time: &str) -> Result<(SchemaRef, Vec<String>)> {
             break;
         }
         rows += raw.records;
+        refused += raw.refused.len() as u64;
+        if first_refused.is_none() {
+            first_refused = raw.refused.first().map(Refused::describe);
+        }
         for (s, c) in stats.iter_mut().zip(&raw.cols) {
             let col = c
                 .as_any()
@@ -439,9 +445,19 @@ fn infer(path: &Path, event_time: &str) -> Result<(SchemaRef, Vec<String>)> {
                 DataType::Int64 | DataType::Date32 | DataType::Timestamp(_, _)
             );
             if n == 0 {
+                // every row refused as read: say why, not that they are empty
+                let why = match &first_refused {
+                    Some(first) if refused == rows => format!(
+                        "; every one of its {rows} data rows was refused as it was read, the first at {first}"
+                    ),
+                    Some(first) => format!(
+                        " that could be read; {refused} of its {rows} data rows {} refused as read, the first at {first}", if refused == 1 { "was" } else { "were" }
+                    ),
+                    None => String::new(),
+                };
                 return Err(input_err(
                     path,
-                    format!("the event-time column `{name}` is empty in every row"),
+                    format!("the event-time column `{name}` is empty in every row{why}"),
                 ));
             }
             if !ok {

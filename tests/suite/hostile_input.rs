@@ -431,6 +431,19 @@ fn an_empty_or_header_only_csv_says_so() {
         "{}",
         o.stderr
     );
+    // a header with a trailing comma over rows without one: every row is
+    // refused as read, and inference says so, not that the cells are empty
+    let trailing = write(&f.dir, "trailing.csv", "auction,price,ts,\n1,2,3\n4,5,6\n");
+    let o = run(args(&f.view, &trailing, 10, &f.dir.join("o5.csv")));
+    assert_eq!(o.code, Some(1));
+    assert!(
+        o.stderr
+            .contains("every one of its 2 data rows was refused")
+            && o.stderr
+                .contains("line 2: the row has 3 fields, the header has 4"),
+        "{}",
+        o.stderr
+    );
 }
 
 /// A bad cell of a million bytes is refused like any other, and quoted cut
