@@ -28,7 +28,9 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use arrow::datatypes::{Field, Schema};
-use datafusion::sql::sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, TableFactor};
+use datafusion::sql::sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, ObjectNamePart, TableFactor,
+};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer, Word};
@@ -520,7 +522,11 @@ fn tables_read(query: &str) -> std::result::Result<HashSet<String>, String> {
                             ..
                         },
                     ) => i.value.clone(),
-                    _ => name.to_string(),
+                    // (the name without its quotes: `"Bids"` reads `Bids`)
+                    _ => match name.0.last() {
+                        Some(ObjectNamePart::Identifier(i)) => i.value.clone(),
+                        _ => name.to_string(),
+                    },
                 };
                 self.0.insert(read.to_ascii_lowercase());
             }

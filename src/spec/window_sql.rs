@@ -927,6 +927,12 @@ impl Rewriter<'_> {
                     )));
                 }
                 let arg = |i: usize| args[i].expect("a required argument, checked above");
+                // (the source as written: a quoted name stays quoted in the query)
+                let written = match arg(0) {
+                    Expr::Identifier(i) => Some(i.clone()),
+                    Expr::CompoundIdentifier(parts) => parts.last().cloned(),
+                    _ => None,
+                };
                 let (Some(source), Some(time)) = (ident_of(arg(0)), ident_of(arg(1))) else {
                     return Err(self.err(format!(
                         "`{text}` ({at}): the first two arguments name the source and its \
@@ -974,7 +980,9 @@ impl Rewriter<'_> {
                     )));
                 }
                 *t = TableFactor::Table {
-                    name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(&source))]),
+                    name: ObjectName(vec![ObjectNamePart::Identifier(
+                        written.unwrap_or_else(|| Ident::new(&source)),
+                    )]),
                     alias,
                     args: None,
                     with_hints: Vec::new(),

@@ -470,3 +470,59 @@ fn a_pipeline_refused_by_a_later_view_creates_none() {
         ["a"]
     );
 }
+
+/// A source's name is read as SQL reads an identifier, in its declaration,
+/// its window calls and its `FROM`s: quoted (`"Bids"`, `"my bids"`,
+/// `"a.b"`, a keyword) as written, unquoted in any case. Each spelling of
+/// a pipeline of a windowed view, a view without a window and a self-join
+/// emits what the plain `bids` pipeline emits, on the same path.
+#[test]
+fn quoted_and_cased_source_names_are_read_as_sql_reads_them() {
+    let pipeline = |decl: &str, read: &str| {
+        format!(
+            "CREATE SOURCE {decl} (auction BIGINT, price BIGINT, ts TIMESTAMP,
+                 WATERMARK FOR ts AS ts - INTERVAL '500' MILLISECOND);
+             CREATE VIEW w WITH (output = 'append') AS
+               SELECT window_start, auction, SUM(price) AS volume
+               FROM TUMBLE({read}, ts, INTERVAL '2' SECOND) GROUP BY window_start, auction;
+             CREATE VIEW all_time WITH (output = 'update') AS
+               SELECT auction, COUNT(*) AS n FROM {read} GROUP BY auction;
+             CREATE VIEW pairs WITH (output = 'append') AS
+               SELECT a.window_start, a.auction, COUNT(*) AS n
+               FROM TUMBLE({read}, ts, INTERVAL '2' SECOND) a
+               JOIN TUMBLE({read}, ts, INTERVAL '2' SECOND) b
+                 ON a.window_start = b.window_start AND a.auction = b.auction AND a.price < b.price
+               GROUP BY a.window_start, a.auction;"
+        )
+    };
+    // each view's output at every trigger, and its path
+    let run = |sql: &str, source: &str| {
+        let mut e = Engine::builder().build().expect("engine");
+        e.execute_sql(sql)
+            .unwrap_or_else(|err| panic!("{err}\n{sql}"));
+        let paths: Vec<_> = ["w", "all_time", "pairs"]
+            .iter()
+            .map(|v| e.plan(v).expect("plan").path())
+            .collect();
+        let mut r = SplitMix::new(17);
+        let mut outs = Vec::new();
+        for b in 0..8 {
+            e.push(source, bids(&mut r, 1_000_000 + b * 100 * 40, 100))
+                .expect("push");
+            let t = e.trigger().expect("trigger");
+            outs.extend(t.views.iter().map(|v| (v.view.clone(), canon(&v.output))));
+        }
+        (paths, outs)
+    };
+    let want = run(&pipeline("bids", "bids"), "bids");
+    assert!(want.1.iter().any(|(_, rows)| !rows.is_empty()));
+    for (decl, read, source) in [
+        ("Bids", "BIDS", "Bids"),
+        ("\"Bids\"", "\"Bids\"", "Bids"),
+        ("\"my bids\"", "\"my bids\"", "my bids"),
+        ("\"a.b\"", "\"a.b\"", "a.b"),
+        ("\"order\"", "\"order\"", "order"),
+    ] {
+        assert_eq!(run(&pipeline(decl, read), source), want, "{decl}");
+    }
+}

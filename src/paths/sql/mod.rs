@@ -11,6 +11,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{Schema, SchemaRef};
+use datafusion::common::TableReference;
 use datafusion::datasource::MemTable;
 use datafusion::execution::context::SQLOptions;
 use datafusion::logical_expr::LogicalPlan;
@@ -56,8 +57,15 @@ impl SqlEvaluator {
                 MemTable::try_new(s.schema.clone(), vec![vec![]])
                     .map_err(|e| Error::eval(view, e))?,
             );
-            ctx.register_table(s.name.as_str(), t.clone())
-                .map_err(|e| Error::spec(view, format!("source `{}`: {e}", s.name)))?;
+            // by its exact name (`FROM "Bids"`, `FROM "my source"`), and in
+            // lower case as an unquoted name reads (`FROM Bids` is `bids`)
+            let lower = s.name.to_ascii_lowercase();
+            for name in
+                std::iter::once(s.name.as_str()).chain((lower != s.name).then_some(lower.as_str()))
+            {
+                ctx.register_table(TableReference::bare(name), t.clone())
+                    .map_err(|e| Error::spec(view, format!("source `{}`: {e}", s.name)))?;
+            }
             tables.push(t);
         }
         let sql_err = |e: datafusion::error::DataFusionError| Error::Sql {
