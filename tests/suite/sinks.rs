@@ -397,3 +397,67 @@ fn sessions_in_update_mode_are_refused_by_database_sinks() {
         }
     }
 }
+
+/// A NaN result: PostgreSQL stores it; SQLite would store NULL, a value
+/// it does not hold (and one NULL key for a NaN group and a NULL group), so
+/// that epoch is refused naming the column and row, nothing of it written,
+/// and the epochs before it stay.
+#[test]
+fn a_nan_is_stored_or_refused_never_made_null() {
+    let ev = |t: i64, f: f64| common::Ev {
+        t,
+        k: 1,
+        g: "a".into(),
+        v: Some(1),
+        f,
+    };
+    let first = vec![ev(1_000, 1.5)];
+    let second = vec![ev(12_000, f64::NAN)];
+    for db in [Db::Sqlite, Db::Postgres] {
+        let target = Target::new(db);
+        let mut e = Engine::builder().build().expect("engine");
+        let win = common::Win {
+            size: 10_000,
+            slide: 10_000,
+        };
+        let sql = "SELECT k, MAX(f) AS m FROM t GROUP BY k";
+        e.create_view(spec(sql, win, 0, OutputMode::Append, ExecMode::Auto))
+            .expect("view");
+        let mut sink = open_fresh(&e, &target.url, OutputMode::Append).expect("sink");
+        let mut epochs = Vec::new();
+        for rows in [&first, &second] {
+            e.push("t", common::batch(rows)).expect("push");
+            epochs.push(e.trigger().expect("trigger"));
+        }
+        epochs.push(e.finish().expect("finish"));
+        let mut stored = Vec::new();
+        for r in &epochs {
+            let out = &r.views[0].output;
+            let written = sink.write(r.epoch, "test", out);
+            let nan = as_stored_all(out).iter().any(|row| row.contains("NaN"));
+            match (db, nan) {
+                (Db::Sqlite, true) => {
+                    let err = written.expect_err("a NaN in SQLite").to_string();
+                    assert!(
+                        err.contains("column `m`, row 1") && err.contains("NaN"),
+                        "{err}"
+                    );
+                    break;
+                }
+                _ => {
+                    assert!(written.expect("write"));
+                    stored.extend(as_stored_all(out));
+                }
+            }
+        }
+        assert!(
+            stored.iter().any(|r| r.ends_with("|1.500000000e0")),
+            "{stored:?}"
+        );
+        stored.sort();
+        assert_eq!(target.rows(), stored, "{db:?}");
+        if let Db::Postgres = db {
+            assert!(stored.iter().any(|r| r.contains("NaN")), "{stored:?}");
+        }
+    }
+}

@@ -122,6 +122,7 @@ impl Backend for Sqlite {
         }
         {
             let mut ins = tx.prepare_cached(&insert).map_err(text)?;
+            let mut rows = 0u64;
             for op in &e.ops {
                 match op {
                     Op::Clear => {
@@ -134,6 +135,19 @@ impl Backend for Sqlite {
                         tx.execute(sql, [value(s), value(w)]).map_err(text)?;
                     }
                     Op::Row(cells) => {
+                        rows += 1;
+                        // SQLite stores a NaN as NULL: a value it cannot hold
+                        let mut all = cells.iter().zip(e.columns);
+                        if let Some((_, col)) =
+                            all.find(|(c, _)| matches!(c, Cell::Real(x) if x.is_nan()))
+                        {
+                            return Err(format!(
+                                "column `{}`, row {rows} of epoch {}: the value is NaN, which \
+                                 SQLite cannot store (it would store NULL; NULLIF(x, 'NaN') \
+                                 in the view makes it one) — nothing of the epoch was written",
+                                col.name, e.epoch
+                            ));
+                        }
                         ins.execute(rusqlite::params_from_iter(cells.iter().map(value)))
                             .map_err(text)?;
                     }
