@@ -370,7 +370,7 @@ fn watermark(stmt: &Stmt<'_>, part: &[TokenWithSpan]) -> Result<(String, Duratio
         .try_with_sql(&text)
         .and_then(|mut p| p.parse_expr())
         .map_err(|e| bad(6, &format!("`{text}` is not an interval ({e})")))?;
-    let d = super::window_sql::interval_value(&e).map_err(|m| {
+    let d = super::window_sql::interval_or_zero(&e).map_err(|m| {
         err(
             stmt,
             part[6].span.start,

@@ -540,6 +540,17 @@ pub(super) fn interval(view: &str, what: &str, e: &Expr) -> Result<Duration> {
 
 /// [`interval`]'s duration, or what is wrong with `e`.
 pub(super) fn interval_value(e: &Expr) -> std::result::Result<Duration, String> {
+    match interval_or_zero(e)? {
+        d if d.is_zero() => Err(format!(
+            "`{e}` must be a positive whole number of milliseconds"
+        )),
+        d => Ok(d),
+    }
+}
+
+/// [`interval_value`], zero allowed (a watermark's delay: `ts - INTERVAL '0'
+/// SECOND` is `ts`).
+pub(super) fn interval_or_zero(e: &Expr) -> std::result::Result<Duration, String> {
     let bad = |m: &str| m.to_string();
     let Expr::Interval(iv) = e else {
         return Err(bad(&format!("`{e}` is not an INTERVAL")));
@@ -591,9 +602,9 @@ pub(super) fn interval_value(e: &Expr) -> std::result::Result<Duration, String> 
         super::duration::Bad::Parse(err) => format!("`{e}` is not a duration ({err})"),
         b => format!("`{e}`: {b}"),
     })?;
-    if d.is_zero() || d.subsec_nanos() % 1_000_000 != 0 {
+    if d.subsec_nanos() % 1_000_000 != 0 {
         return Err(bad(&format!(
-            "`{e}` must be a positive whole number of milliseconds"
+            "`{e}` must be a whole number of milliseconds"
         )));
     }
     if let Some(m) = super::too_large(d) {

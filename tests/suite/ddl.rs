@@ -526,3 +526,36 @@ fn quoted_and_cased_source_names_are_read_as_sql_reads_them() {
         assert_eq!(run(&pipeline(decl, read), source), want, "{decl}");
     }
 }
+
+/// A watermark without delay may be written with a zero interval, as Flink
+/// allows (`ts - INTERVAL '0' SECOND` is `ts`); a window's size may not be zero.
+#[test]
+fn a_zero_watermark_delay_is_the_event_time_itself() {
+    let pipeline = |wm: &str| {
+        format!(
+            "CREATE SOURCE bids (auction BIGINT, price BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS {wm});
+             CREATE VIEW v WITH (output = 'append') AS SELECT window_start, auction, COUNT(*) AS n
+             FROM TUMBLE(bids, ts, INTERVAL '2' SECOND) GROUP BY window_start, auction;"
+        )
+    };
+    let explain = |wm: &str| {
+        let mut e = Engine::builder().build().expect("engine");
+        e.execute_sql(&pipeline(wm))
+            .unwrap_or_else(|err| panic!("{wm}: {err}"));
+        e.explain("v").expect("explain")
+    };
+    let want = explain("ts");
+    assert!(want.contains("max event time - 0s"), "{want}");
+    for wm in ["ts - INTERVAL '0' SECOND", "ts - INTERVAL '0 seconds'"] {
+        assert_eq!(explain(wm), want, "{wm}");
+    }
+    let mut e = Engine::builder().build().expect("engine");
+    let err = e
+        .execute_sql(&pipeline("ts").replace("INTERVAL '2' SECOND", "INTERVAL '0' SECOND"))
+        .expect_err("a window of size zero");
+    assert!(
+        err.to_string()
+            .contains("must be a positive whole number of milliseconds"),
+        "{err}"
+    );
+}
