@@ -266,8 +266,10 @@ fn fractions(src: &dyn Array, dst: &dyn Array) -> Result<Vec<usize>> {
     if !lossy || !dst.data_type().is_integer() {
         return Ok(Vec::new());
     }
+    // (canonical: -0.0 read as 0 lost no fraction, and Arrow orders it below 0.0)
     let back = arrow::compute::cast(dst, src.data_type())?;
-    let differs = arrow::compute::kernels::cmp::distinct(&back, &src)?;
+    let was = crate::paths::sql::checked::canonical_array(&arrow::array::make_array(src.to_data()));
+    let differs = arrow::compute::kernels::cmp::distinct(&back, &was)?;
     Ok((0..src.len())
         .filter(|&r| dst.is_valid(r) && differs.value(r))
         .collect())

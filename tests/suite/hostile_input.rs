@@ -819,9 +819,11 @@ fn a_typed_parquet_column_keeps_its_meaning_as_the_declared_type_or_is_refused()
             .collect();
         (o, csv_rows(&out), refused)
     };
-    let auction = [1i64, 1, 2, 2, 1, 2, 1];
-    let micros = [-1i64, -999, -1000, -1001, 1_999_999, 2_000_000, 3_999_001];
-    let prices = [1.0f64, 1.5, -2.0, 0.999, 1e300, 4.0, -1.5];
+    let auction = [1i64, 1, 2, 2, 1, 2, 1, 2];
+    let micros = [
+        -1i64, -999, -1000, -1001, 1_999_999, 2_000_000, 3_999_001, 5,
+    ];
+    let prices = [1.0f64, 1.5, -2.0, 0.999, 1e300, 4.0, -1.5, -0.0];
     let file = pq(
         "typed.parquet",
         vec![

@@ -680,8 +680,8 @@ fn fold_ints(
 
 impl IncrementalView {
     /// The dataflow's key columns of a batch (`keys`: with several arguments
-    /// kept per value, the group keys only), canonical (`-0.0` as `0.0`, one NaN).
-    /// The group keys of `batch`'s rows (see [`evaluate`] for `pass`).
+    /// kept per value, the group keys only), canonical (`-0.0` as `0.0`, one
+    /// NaN); see [`evaluate`] for `pass`.
     pub(super) fn key_columns(
         &self,
         batch: &RecordBatch,

@@ -58,11 +58,12 @@ impl SqlEvaluator {
                     .map_err(|e| Error::eval(view, e))?,
             );
             // by its exact name (`FROM "Bids"`, `FROM "my source"`), and in
-            // lower case as an unquoted name reads (`FROM Bids` is `bids`)
+            // lower case as an unquoted name reads (`FROM Bids` is `bids`),
+            // unless another source has that name
             let lower = s.name.to_ascii_lowercase();
-            for name in
-                std::iter::once(s.name.as_str()).chain((lower != s.name).then_some(lower.as_str()))
-            {
+            let alias = (lower != s.name && sources.iter().all(|o| o.name != lower))
+                .then_some(lower.as_str());
+            for name in std::iter::once(s.name.as_str()).chain(alias) {
                 ctx.register_table(TableReference::bare(name), t.clone())
                     .map_err(|e| Error::spec(view, format!("source `{}`: {e}", s.name)))?;
             }
