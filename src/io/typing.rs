@@ -4,6 +4,7 @@
 //! silently NULL.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
 use arrow::compute::{cast_with_options, filter_record_batch, CastOptions};
@@ -138,6 +139,25 @@ pub(crate) fn type_columns(
             }
         }
     }
+    // and an empty cell of a column declared NOT NULL
+    for (ci, (t, field)) in typed.iter().zip(schema.fields()).enumerate() {
+        if field.is_nullable() || ci == event_time || t.null_count() == 0 {
+            continue;
+        }
+        for r in (0..rows).filter(|&r| t.is_null(r)) {
+            bad.entry(r).or_insert_with(|| {
+                (
+                    ci,
+                    None,
+                    format!(
+                        "the cell is empty (NULL), but `{}` is declared NOT NULL",
+                        field.name()
+                    ),
+                    0,
+                )
+            });
+        }
+    }
     // so does an event time no window of the views can place
     if let Some(Ok(t)) = typed
         .get(event_time)
@@ -156,10 +176,18 @@ pub(crate) fn type_columns(
             }
         }
     }
-    let batch = RecordBatch::try_new(schema.clone(), typed)?;
     if bad.is_empty() {
+        let batch = RecordBatch::try_new(schema.clone(), typed)?;
         return Ok(((rows > 0).then_some(batch), Vec::new()));
     }
+    // (NULLs of NOT NULL columns are among the refused rows: the schema
+    // holds once they are filtered out)
+    let loose = Arc::new(arrow::datatypes::Schema::new(
+        (schema.fields().iter())
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ));
+    let batch = RecordBatch::try_new(loose, typed)?;
     let times = crate::time::to_millis(batch.column(event_time).as_ref()).ok();
     let mut refused = Vec::with_capacity(bad.len());
     for (&r, (ci, value, reason, more)) in &bad {
@@ -189,6 +217,7 @@ pub(crate) fn type_columns(
     }
     let keep: BooleanArray = (0..rows).map(|r| Some(!bad.contains_key(&r))).collect();
     let good = filter_record_batch(&batch, &keep)?;
+    let good = RecordBatch::try_new(schema.clone(), good.columns().to_vec())?;
     Ok(((good.num_rows() > 0).then_some(good), refused))
 }
 

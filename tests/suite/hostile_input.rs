@@ -905,6 +905,45 @@ fn a_typed_parquet_column_keeps_its_meaning_as_the_declared_type_or_is_refused()
     }
 }
 
+/// An empty cell of a column declared `NOT NULL` refuses its row, named,
+/// as a cell that does not parse does: the run goes on (it ended with an
+/// internal Arrow error), on both paths, and emits
+/// what the good rows alone give; `--strict` stops at it.
+#[test]
+fn an_empty_cell_of_a_not_null_column_refuses_its_row() {
+    let f = files();
+    let strict = ddl_of(VIEW, "auction BIGINT NOT NULL, price BIGINT, ts BIGINT");
+    let recompute = strict.replace("mode = 'auto'", "mode = 'recompute'");
+    assert_ne!(strict, recompute);
+    let mut r = SplitMix::new(3);
+    let rows: Vec<Vec<String>> = bids(&mut r, 300).iter().map(|b| b.to_vec()).collect();
+    let mut holed = rows.clone();
+    holed[120][0] = String::new();
+    let good: Vec<Vec<String>> = (rows.iter().enumerate())
+        .filter(|(i, _)| *i != 120)
+        .map(|(_, r)| r.clone())
+        .collect();
+    let input = write(&f.dir, "holed.csv", &csv_text(&holed));
+    let good = write(&f.dir, "good.csv", &csv_text(&good));
+    for (name, sql) in [("auto.sql", &strict), ("recompute.sql", &recompute)] {
+        let view = write(&f.dir, name, sql);
+        let out = f.dir.join("out.csv");
+        let o = run(args(&view, &input, 50, &out));
+        assert!(o.ok(), "{name}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("holed.csv: line 122: column `auction`: the cell is empty (NULL), but `auction` is declared NOT NULL"),
+            "{name}: {}",
+            o.stderr
+        );
+        same_as_good_rows_alone(&f, &view, &good, 50, &out);
+        let mut a = args(&view, &input, 50, &out);
+        a.push("--strict".into());
+        let o = run(a);
+        assert_eq!(o.code, Some(1), "{name}: {}", o.stderr);
+        assert!(o.stderr.contains("line 122"), "{name}: {}", o.stderr);
+    }
+}
+
 #[test]
 fn unwritable_outputs_fail_before_anything_is_touched() {
     let f = files();
