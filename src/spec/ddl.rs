@@ -416,12 +416,19 @@ fn source(c: &mut Cursor<'_, '_>, name: String) -> Result<(SourceSpec, Watermark
                 ))
             }
         };
-        let mut ty = text_of(stmt, &part[1..]);
+        // (one space between words: `NOT  NULL` is `NOT NULL`)
+        let mut ty = text_of(stmt, &part[1..])
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         let mut nullable = true;
         let upper = ty.to_ascii_uppercase();
-        if let Some(stripped) = upper.trim_end().strip_suffix("NOT NULL") {
-            ty.truncate(stripped.trim_end().len());
+        if let Some(stripped) = upper.strip_suffix(" NOT NULL") {
+            ty.truncate(stripped.len());
             nullable = false;
+        } else if let Some(stripped) = upper.strip_suffix(" NULL") {
+            // (NULL says what the default is)
+            ty.truncate(stripped.len());
         }
         let dt = match ty.trim() {
             "" => Err("its type is missing".to_string()),

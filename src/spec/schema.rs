@@ -38,20 +38,77 @@ pub fn parse_schema(text: &str) -> std::result::Result<SchemaRef, String> {
 /// One column's type, as [`parse_schema`] reads it (`BIGINT`, `DECIMAL(10,2)`, …).
 pub(crate) fn parse_type(ty: &str) -> std::result::Result<arrow::datatypes::DataType, String> {
     use arrow::datatypes::{DataType, TimeUnit};
-    let ty = ty.trim().to_ascii_uppercase();
+    // one space between words, none inside parentheses: `TIMESTAMP( 3 )` is `TIMESTAMP(3)`
+    let ty = ty
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_ascii_uppercase()
+        .replace("( ", "(")
+        .replace(" )", ")")
+        .replace(" (", "(");
+    // a timestamp's precision: digits of a second it keeps (Flink's
+    // `TIMESTAMP(3)`); event times are milliseconds whatever it is
+    let unit = |p: &str| -> std::result::Result<TimeUnit, String> {
+        match p.trim().parse::<u8>() {
+            Ok(0) => Ok(TimeUnit::Second),
+            Ok(1..=3) => Ok(TimeUnit::Millisecond),
+            Ok(4..=6) => Ok(TimeUnit::Microsecond),
+            Ok(7..=9) => Ok(TimeUnit::Nanosecond),
+            _ => Err(format!("`{ty}`: a timestamp's precision is 0 to 9 digits")),
+        }
+    };
+    // `NAME(args)`: the name and the text between the parentheses
+    let call = |name: &str| {
+        ty.strip_prefix(name)
+            .and_then(|r| r.strip_prefix('('))
+            .and_then(|r| r.split_once(')'))
+    };
+    let zoned = |u: TimeUnit| DataType::Timestamp(u, Some("+00:00".into()));
     Ok(match ty.as_str() {
         "BIGINT" | "INT8" | "INT64" | "LONG" => DataType::Int64,
         "INT" | "INTEGER" | "INT4" | "INT32" => DataType::Int32,
         "SMALLINT" | "INT2" => DataType::Int16,
         "TINYINT" => DataType::Int8,
-        "DOUBLE" | "FLOAT8" | "FLOAT64" => DataType::Float64,
+        "DOUBLE" | "DOUBLE PRECISION" | "FLOAT8" | "FLOAT64" => DataType::Float64,
         "FLOAT" | "REAL" | "FLOAT4" => DataType::Float32,
-        "VARCHAR" | "TEXT" | "STRING" | "UTF8" => DataType::Utf8,
+        "VARCHAR" | "TEXT" | "STRING" | "UTF8" | "CHARACTER VARYING" => DataType::Utf8,
         "BOOLEAN" | "BOOL" => DataType::Boolean,
-        "TIMESTAMP" => DataType::Timestamp(TimeUnit::Millisecond, None),
+        "TIMESTAMP" | "TIMESTAMP WITHOUT TIME ZONE" | "DATETIME" => {
+            DataType::Timestamp(TimeUnit::Millisecond, None)
+        }
+        "TIMESTAMPTZ"
+        | "TIMESTAMP_LTZ"
+        | "TIMESTAMP WITH TIME ZONE"
+        | "TIMESTAMP WITH LOCAL TIME ZONE" => zoned(TimeUnit::Millisecond),
         "DATE" => DataType::Date32,
-        t if t.starts_with("DECIMAL(") && t.ends_with(')') => {
-            let inner = &t["DECIMAL(".len()..t.len() - 1];
+        "DECIMAL" | "NUMERIC" => {
+            return Err(format!(
+                "`{ty}` needs its precision and scale: DECIMAL(p, s), e.g. DECIMAL(18, 2)"
+            ))
+        }
+        // a length is not checked: text is text
+        _ if ["VARCHAR", "CHAR", "CHARACTER", "CHARACTER VARYING"]
+            .iter()
+            .any(|n| {
+                call(n).is_some_and(|(n, rest)| rest.is_empty() && n.trim().parse::<u32>().is_ok())
+            }) =>
+        {
+            DataType::Utf8
+        }
+        _ if call("TIMESTAMP").is_some() => {
+            let (p, rest) = call("TIMESTAMP").unwrap_or_default();
+            match rest.trim() {
+                "" | "WITHOUT TIME ZONE" => DataType::Timestamp(unit(p)?, None),
+                "WITH TIME ZONE" | "WITH LOCAL TIME ZONE" => zoned(unit(p)?),
+                _ => return Err(format!("unknown type `{ty}`")),
+            }
+        }
+        _ if call("TIMESTAMP_LTZ").is_some_and(|(_, rest)| rest.is_empty()) => {
+            zoned(unit(call("TIMESTAMP_LTZ").unwrap_or_default().0)?)
+        }
+        t if (t.starts_with("DECIMAL(") || t.starts_with("NUMERIC(")) && t.ends_with(')') => {
+            let inner = &t[t.find('(').unwrap_or(0) + 1..t.len() - 1];
             let (p, sc) = inner.split_once(',').unwrap_or((inner, "0"));
             let p: u8 = p
                 .trim()

@@ -559,3 +559,85 @@ fn a_zero_watermark_delay_is_the_event_time_itself() {
         "{err}"
     );
 }
+
+/// The type names Flink and PostgreSQL DDL use read as their Arrow types:
+/// a timestamp's precision picks its unit, `TIMESTAMP_LTZ` and `… WITH
+/// TIME ZONE` are UTC instants, a text length is accepted (not checked);
+/// a bare `DECIMAL` or a precision past 9 is refused, saying what to give.
+/// A pipeline over `TIMESTAMP(3)` emits what the same one over `TIMESTAMP`
+/// does.
+#[test]
+fn flink_and_postgresql_type_names_are_read() {
+    use thund::spec::parse_schema;
+    let utc = |u: TimeUnit| DataType::Timestamp(u, Some("+00:00".into()));
+    for (ty, want) in [
+        ("VARCHAR(255)", DataType::Utf8),
+        ("character varying (20)", DataType::Utf8),
+        ("CHAR(3)", DataType::Utf8),
+        ("STRING", DataType::Utf8),
+        ("DOUBLE PRECISION", DataType::Float64),
+        ("NUMERIC(10,2)", DataType::Decimal128(10, 2)),
+        ("TIMESTAMP(0)", DataType::Timestamp(TimeUnit::Second, None)),
+        (
+            "TIMESTAMP(3)",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+        ),
+        (
+            "timestamp( 6 )",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+        ),
+        (
+            "TIMESTAMP(9) WITHOUT TIME ZONE",
+            DataType::Timestamp(TimeUnit::Nanosecond, None),
+        ),
+        (
+            "TIMESTAMP WITHOUT TIME ZONE",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+        ),
+        ("TIMESTAMP_LTZ(3)", utc(TimeUnit::Millisecond)),
+        (
+            "TIMESTAMP(6) WITH LOCAL TIME ZONE",
+            utc(TimeUnit::Microsecond),
+        ),
+        ("TIMESTAMPTZ", utc(TimeUnit::Millisecond)),
+        ("TIMESTAMP WITH TIME ZONE", utc(TimeUnit::Millisecond)),
+    ] {
+        let s = parse_schema(&format!("c {ty}")).unwrap_or_else(|e| panic!("{ty}: {e}"));
+        assert_eq!(s.field(0).data_type(), &want, "{ty}");
+    }
+    for (ty, says) in [
+        ("DECIMAL", "needs its precision and scale"),
+        ("NUMERIC", "needs its precision and scale"),
+        ("TIMESTAMP(10)", "precision is 0 to 9"),
+        ("VARCHAR(x)", "unknown type"),
+        ("TIMESTAMP(3) AT NOON", "unknown type"),
+    ] {
+        let e = parse_schema(&format!("c {ty}")).expect_err(ty);
+        assert!(e.contains(says), "{ty}: {e}");
+    }
+    // NULL and NOT NULL after the type, spaced as written
+    let pipeline = |ts: &str, auction: &str| {
+        format!(
+            "CREATE SOURCE bids (auction {auction}, price BIGINT NULL, ts {ts},
+                 WATERMARK FOR ts AS ts - INTERVAL '500' MILLISECOND);
+             CREATE VIEW v WITH (output = 'append') AS SELECT window_start, auction, SUM(price) AS s
+             FROM TUMBLE(bids, ts, INTERVAL '2' SECOND) GROUP BY window_start, auction;"
+        )
+    };
+    let run = |sql: &str| {
+        let mut e = Engine::builder().build().expect("engine");
+        e.execute_sql(sql)
+            .unwrap_or_else(|err| panic!("{err}\n{sql}"));
+        let mut r = SplitMix::new(23);
+        let mut out = Vec::new();
+        for b in 0..6 {
+            e.push("bids", bids(&mut r, 1_000_000 + b * 100 * 40, 100))
+                .expect("push");
+            out.push(canon(&e.trigger().expect("trigger").views[0].output));
+        }
+        out
+    };
+    let want = run(&pipeline("TIMESTAMP", "BIGINT"));
+    assert!(want.iter().any(|t| !t.is_empty()));
+    assert_eq!(run(&pipeline("TIMESTAMP(3)", "BIGINT  NOT   NULL")), want);
+}
