@@ -259,23 +259,27 @@ impl Cursor<'_, '_> {
         let mut out = Vec::new();
         for part in self.parenthesized()? {
             let at = part.first().map_or(self.here(), |t| t.span.start);
+            // the key bare or quoted, as Flink writes it (`'idle_timeout' = '30s'`)
+            let key = |t: &Token| match t {
+                Token::Word(k) => Some(k.value.to_ascii_lowercase()),
+                Token::SingleQuotedString(k) => Some(k.to_ascii_lowercase()),
+                _ => None,
+            };
             let pair = match part.as_slice() {
-                [TokenWithSpan {
-                    token: Token::Word(k),
-                    ..
-                }, TokenWithSpan {
+                [k, TokenWithSpan {
                     token: Token::Eq, ..
-                }, v] => match &v.token {
-                    Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => {
-                        Some((k.value.to_ascii_lowercase(), s.clone()))
-                    }
-                    Token::Number(n, _) => Some((k.value.to_ascii_lowercase(), n.clone())),
-                    Token::Word(w) => Some((k.value.to_ascii_lowercase(), w.value.clone())),
+                }, v] => key(&k.token).zip(match &v.token {
+                    Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => Some(s.clone()),
+                    Token::Number(n, _) => Some(n.clone()),
+                    Token::Word(w) => Some(w.value.clone()),
                     _ => None,
-                },
+                }),
                 _ => None,
             };
             match pair {
+                Some((k, _)) if out.iter().any(|(o, _, _)| *o == k) => {
+                    return Err(err(self.stmt, at, format!("option `{k}` is given twice")))
+                }
                 Some((k, v)) => out.push((k, v, at)),
                 None => return Err(err(self.stmt, at, "expected `key = 'value'` in WITH (…)")),
             }
@@ -491,10 +495,21 @@ fn source(c: &mut Cursor<'_, '_>, name: String) -> Result<(SourceSpec, Watermark
                 return Err(err(
                     stmt,
                     at,
-                    format!(
-                        "unknown source option `{other}` (known: idle_timeout, advance_when_idle)"
-                    ),
-                ))
+                    match other {
+                        // Flink's table options: Þund's sources come from the
+                        // program or `thund run --input`, not from a connector
+                        "connector" | "format" | "topic" | "path" | "properties.bootstrap.servers"
+                        | "scan.startup.mode" => format!(
+                            "`{other}` is a Flink connector option: a Þund source's rows come from \
+                             `thund run --input {}=FILE` or the program that pushes them; \
+                             remove it (known options: idle_timeout, advance_when_idle)",
+                            name
+                        ),
+                        _ => format!(
+                            "unknown source option `{other}` (known: idle_timeout, advance_when_idle)"
+                        ),
+                    },
+                ));
             }
         }
     }

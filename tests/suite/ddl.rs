@@ -183,6 +183,17 @@ fn malformed_ddl_names_the_statement_and_the_token() {
             (1, 65),
             &["idle_timeout `1 month`", "not a fixed duration"],
         ),
+        // an option twice (the second place), a Flink connector's options
+        (
+            "CREATE SOURCE bids (ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (idle_timeout = '1s', 'IDLE_TIMEOUT' = '2s');",
+            (1, 86),
+            &["option `idle_timeout` is given twice"],
+        ),
+        (
+            "CREATE SOURCE bids (ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'kafka', 'topic' = 'bids');",
+            (1, 68),
+            &["`connector` is a Flink connector option", "--input bids=FILE"],
+        ),
         // too long: named in the statement that says it, not as a spec field
         // of the view that reads the source
         (
@@ -549,6 +560,14 @@ fn a_zero_watermark_delay_is_the_event_time_itself() {
     for wm in ["ts - INTERVAL '0' SECOND", "ts - INTERVAL '0 seconds'"] {
         assert_eq!(explain(wm), want, "{wm}");
     }
+    // options keyed as Flink quotes them
+    let quoted = pipeline("ts").replace("AS ts);", "AS ts) WITH ('idle_timeout' = '30s');");
+    let mut e = Engine::builder().build().expect("engine");
+    e.execute_sql(&quoted).expect("quoted option keys");
+    assert!(e
+        .explain("v")
+        .expect("explain")
+        .contains("idle timeout: 30s"));
     let mut e = Engine::builder().build().expect("engine");
     let err = e
         .execute_sql(&pipeline("ts").replace("INTERVAL '2' SECOND", "INTERVAL '0' SECOND"))
