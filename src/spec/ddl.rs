@@ -781,7 +781,11 @@ pub fn parse(text: &str) -> Result<Pipeline> {
         };
         let mut c = Cursor { stmt: &stmt, at: 0 };
         c.expect_keyword("CREATE", "a statement starting with")?;
-        if c.keyword("SOURCE") {
+        // Flink's `CREATE TABLE` (with a watermark) declares a source, and
+        // Materialize's and RisingWave's `CREATE MATERIALIZED VIEW` a view
+        let materialized = c.keyword("MATERIALIZED");
+        if !materialized && (c.keyword("SOURCE") || c.keyword("TABLE")) {
+            let named_at = c.at;
             let name = c.name("the source's name")?;
             if p.sources
                 .iter()
@@ -789,7 +793,7 @@ pub fn parse(text: &str) -> Result<Pipeline> {
             {
                 return Err(err(
                     &stmt,
-                    stmt.tokens[2].span.start,
+                    stmt.tokens[named_at].span.start,
                     format!("source `{name}` is declared twice"),
                 ));
             }
@@ -802,11 +806,12 @@ pub fn parse(text: &str) -> Result<Pipeline> {
             let s = source(&mut c, name)?;
             p.sources.push(s);
         } else if c.keyword("VIEW") {
+            let named_at = c.at;
             let name = c.name("the view's name")?;
             if p.views.iter().any(|v| v.name.eq_ignore_ascii_case(&name)) {
                 return Err(err(
                     &stmt,
-                    stmt.tokens[2].span.start,
+                    stmt.tokens[named_at].span.start,
                     format!("view `{name}` is declared twice"),
                 ));
             }
@@ -826,7 +831,7 @@ pub fn parse(text: &str) -> Result<Pipeline> {
         } else {
             let found = c.describe();
             return c.fail(format!(
-                "expected `SOURCE` or `VIEW` after CREATE, found {found}"
+                "expected `SOURCE` (or Flink's `TABLE`) or `[MATERIALIZED] VIEW` after CREATE, found {found}"
             ));
         }
     }

@@ -272,9 +272,20 @@ fn malformed_ddl_names_the_statement_and_the_token() {
             &["reads no declared source", "no `CREATE SOURCE` comes before it"],
         ),
         (
-            &format!("{good_source}CREATE TABLE t (a INT)"),
+            &format!("{good_source}CREATE INDEX i ON bids (auction)"),
             (2, 8),
-            &["expected `SOURCE` or `VIEW`", "`TABLE`"],
+            &["expected `SOURCE` (or Flink's `TABLE`) or `[MATERIALIZED] VIEW`", "`INDEX`"],
+        ),
+        // Flink's CREATE TABLE is a source: it needs its watermark
+        (
+            &format!("{good_source}CREATE TABLE t (a INT)"),
+            (2, 23),
+            &["source `t` declares no event time", "WATERMARK FOR"],
+        ),
+        (
+            &format!("{good_source}CREATE MATERIALIZED TABLE t (a INT)"),
+            (2, 21),
+            &["after CREATE, found `TABLE`"],
         ),
         (
             &format!(
@@ -560,6 +571,14 @@ fn a_zero_watermark_delay_is_the_event_time_itself() {
     for wm in ["ts - INTERVAL '0' SECOND", "ts - INTERVAL '0 seconds'"] {
         assert_eq!(explain(wm), want, "{wm}");
     }
+    // Flink's CREATE TABLE and Materialize's CREATE MATERIALIZED VIEW
+    let flink = pipeline("ts")
+        .replace("CREATE SOURCE", "CREATE TABLE")
+        .replace("CREATE VIEW", "CREATE MATERIALIZED VIEW");
+    let mut e = Engine::builder().build().expect("engine");
+    e.execute_sql(&flink)
+        .expect("CREATE TABLE, CREATE MATERIALIZED VIEW");
+    assert_eq!(e.explain("v").expect("explain"), want);
     // options keyed as Flink quotes them
     let quoted = pipeline("ts").replace("AS ts);", "AS ts) WITH ('idle_timeout' = '30s');");
     let mut e = Engine::builder().build().expect("engine");
