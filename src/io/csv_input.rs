@@ -634,26 +634,24 @@ impl CsvInput {
     }
 }
 
-/// For each column of `schema`, its column in the header; an error names
-/// what is missing and what is not declared.
+/// For each column of `schema`, its column in the header (see
+/// [`super::find_column`]); an error names what is missing and what is not
+/// declared.
 fn match_header(path: &Path, header: &[String], schema: &SchemaRef) -> Result<Vec<usize>> {
-    let missing: Vec<&str> = schema
-        .fields()
-        .iter()
-        .map(|f| f.name().as_str())
-        .filter(|n| !header.iter().any(|h| h == n))
+    let names: Vec<&str> = header.iter().map(String::as_str).collect();
+    let at: Vec<Option<usize>> = (schema.fields().iter())
+        .map(|f| super::find_column(&names, f.name(), schema))
         .collect();
-    let extra: Vec<&str> = header
-        .iter()
-        .map(String::as_str)
-        .filter(|h| schema.index_of(h).is_err())
+    let missing: Vec<&str> = (schema.fields().iter().zip(&at))
+        .filter(|(_, a)| a.is_none())
+        .map(|(f, _)| f.name().as_str())
+        .collect();
+    let extra: Vec<&str> = (header.iter().enumerate())
+        .filter(|(i, _)| !at.contains(&Some(*i)))
+        .map(|(_, h)| h.as_str())
         .collect();
     if missing.is_empty() && extra.is_empty() {
-        return Ok(schema
-            .fields()
-            .iter()
-            .filter_map(|f| header.iter().position(|h| h == f.name()))
-            .collect());
+        return Ok(at.into_iter().flatten().collect());
     }
     let mut what = Vec::new();
     if !missing.is_empty() {

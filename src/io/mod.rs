@@ -31,6 +31,30 @@ pub use typing::{type_name, Refused};
 use crate::error::{Error, Result};
 use crate::window::EventTimeDomain;
 
+/// Where a declared column `name` is among a file's column `names`: the
+/// column of that name, or else the one column whose name differs only in
+/// ASCII case, when no other declared column could take it (`dateTime` in a
+/// header is the `datetime` that an unquoted DDL name declares).
+pub(crate) fn find_column(
+    names: &[&str],
+    name: &str,
+    declared: &arrow::datatypes::SchemaRef,
+) -> Option<usize> {
+    if let Some(i) = names.iter().position(|n| *n == name) {
+        return Some(i);
+    }
+    let like = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+    let mut found = (names.iter().enumerate()).filter(|(_, n)| like(n, name));
+    let (i, n) = found.next()?;
+    let unique = found.next().is_none()
+        && declared.index_of(n).is_err()
+        && (declared.fields().iter())
+            .filter(|f| like(f.name(), name))
+            .count()
+            == 1;
+    unique.then_some(i)
+}
+
 pub(crate) fn input_err(path: &Path, message: impl std::fmt::Display) -> Error {
     Error::Input {
         path: path.to_path_buf(),

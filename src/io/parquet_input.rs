@@ -94,10 +94,13 @@ impl ParquetInput {
                 .join(", ")
         };
         let mut map = Vec::with_capacity(schema.fields().len());
+        let file_names: Vec<&str> = (file_schema.fields().iter())
+            .map(|f| f.name().as_str())
+            .collect();
         for f in schema.fields() {
-            match file_schema.index_of(f.name()) {
-                Ok(i) => map.push(i),
-                Err(_) => {
+            match super::find_column(&file_names, f.name(), &schema) {
+                Some(i) => map.push(i),
+                None => {
                     return Err(input_err(
                         path,
                         format!(
@@ -111,11 +114,9 @@ impl ParquetInput {
             }
         }
         if map.len() != file_schema.fields().len() {
-            let extra: Vec<&str> = file_schema
-                .fields()
-                .iter()
-                .map(|f| f.name().as_str())
-                .filter(|n| schema.index_of(n).is_err())
+            let extra: Vec<&str> = (file_names.iter().enumerate())
+                .filter(|(i, _)| !map.contains(i))
+                .map(|(_, n)| *n)
                 .collect();
             return Err(input_err(
                 path,

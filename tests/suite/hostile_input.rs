@@ -944,6 +944,72 @@ fn an_empty_cell_of_a_not_null_column_refuses_its_row() {
     }
 }
 
+/// A file's column whose name differs from a declared one only in ASCII
+/// case is that column (an unquoted DDL name is lower case: Flink's
+/// `dateTime` declares `datetime`), in a CSV header and a Parquet file,
+/// unless two names could be it: both are then named.
+#[test]
+fn a_column_named_in_another_case_is_the_declared_one_unless_ambiguous() {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let f = files();
+    let sql = write(
+        &f.dir,
+        "mixed.sql",
+        &ddl_of(VIEW, TYPES).replace("auction BIGINT", "Auction BIGINT"),
+    );
+    let mut r = SplitMix::new(11);
+    let rows: Vec<Vec<String>> = bids(&mut r, 200).iter().map(|b| b.to_vec()).collect();
+    let plain = write(&f.dir, "plain.csv", &csv_text(&rows));
+    let mixed = write(
+        &f.dir,
+        "mixed.csv",
+        &csv_text(&rows).replacen("auction,price,ts", "AucTion,Price,ts", 1),
+    );
+    let cols: Vec<ArrayRef> = (0..3)
+        .map(|i| {
+            Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|r| r[i].parse::<i64>().expect("int")),
+            )) as ArrayRef
+        })
+        .collect();
+    let schema = Arc::new(Schema::new(
+        ["AUCTION", "price", "TS"]
+            .iter()
+            .map(|n| Field::new(*n, DataType::Int64, true))
+            .collect::<Vec<_>>(),
+    ));
+    let pq = f.dir.join("mixed.parquet");
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&pq).expect("create"),
+        schema.clone(),
+        None,
+    )
+    .expect("writer");
+    w.write(&RecordBatch::try_new(schema, cols).expect("batch"))
+        .expect("write");
+    w.close().expect("close");
+    let (want, got) = (f.dir.join("want.csv"), f.dir.join("got.csv"));
+    let o = run(args(&sql, &plain, 40, &want));
+    assert!(o.ok(), "{}", o.stderr);
+    assert!(!csv_rows(&want).is_empty());
+    for input in [&mixed, &pq] {
+        let o = run(args(&sql, input, 40, &got));
+        assert!(o.ok(), "{}: {}", input.display(), o.stderr);
+        assert_eq!(csv_rows(&got), csv_rows(&want), "{}", input.display());
+    }
+    let both = write(&f.dir, "both.csv", "Auction,AUCTION,price,ts\n1,1,2,3\n");
+    let o = run(args(&sql, &both, 40, &got));
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("missing auction") && o.stderr.contains("not declared: Auction, AUCTION"),
+        "{}",
+        o.stderr
+    );
+}
+
 #[test]
 fn unwritable_outputs_fail_before_anything_is_touched() {
     let f = files();
