@@ -420,6 +420,45 @@ fn source(c: &mut Cursor<'_, '_>, name: String) -> Result<(SourceSpec, Watermark
                 ))
             }
         };
+        // Flink's column forms Þund does not read, said as such
+        let word = |i: usize, w: &str| matches!(part.get(i).map(|t| &t.token), Some(Token::Word(x)) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+        let refuse = |why: &str| {
+            Err(err(
+                stmt,
+                first.span.start,
+                format!("column `{text}`: {why}"),
+            ))
+        };
+        if word(0, "PRIMARY") || word(0, "CONSTRAINT") {
+            return refuse(
+                "a source is append-only: a PRIMARY KEY would declare an upsert (changelog) \
+                 source, which Þund does not read; remove it",
+            );
+        }
+        if word(1, "AS") {
+            return refuse(
+                "computed columns are not read: compute it in the view's query \
+                 (SELECT …, expression AS name), or in the file",
+            );
+        }
+        if (1..part.len()).any(|i| word(i, "METADATA")) {
+            return refuse(
+                "a Flink connector's METADATA column: Þund reads the file's columns only",
+            );
+        }
+        // `COMMENT '…'` after the type documents the column
+        let part = match part.len().checked_sub(2).map(|i| (i, &part[i..])) {
+            Some((
+                i,
+                [c, TokenWithSpan {
+                    token: Token::SingleQuotedString(_),
+                    ..
+                }],
+            )) if matches!(&c.token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("COMMENT")) => {
+                &part[..i]
+            }
+            _ => &part[..],
+        };
         // (one space between words: `NOT  NULL` is `NOT NULL`)
         let mut ty = text_of(stmt, &part[1..])
             .split_whitespace()

@@ -38,6 +38,7 @@ pub fn parse_schema(text: &str) -> std::result::Result<SchemaRef, String> {
 /// One column's type, as [`parse_schema`] reads it (`BIGINT`, `DECIMAL(10,2)`, …).
 pub(crate) fn parse_type(ty: &str) -> std::result::Result<arrow::datatypes::DataType, String> {
     use arrow::datatypes::{DataType, TimeUnit};
+    let written = ty.trim();
     // one space between words, none inside parentheses: `TIMESTAMP( 3 )` is `TIMESTAMP(3)`
     let ty = ty
         .split_whitespace()
@@ -101,7 +102,7 @@ pub(crate) fn parse_type(ty: &str) -> std::result::Result<arrow::datatypes::Data
             match rest.trim() {
                 "" | "WITHOUT TIME ZONE" => DataType::Timestamp(unit(p)?, None),
                 "WITH TIME ZONE" | "WITH LOCAL TIME ZONE" => zoned(unit(p)?),
-                _ => return Err(format!("unknown type `{ty}`")),
+                _ => return Err(format!("unknown type `{written}`")),
             }
         }
         _ if call("TIMESTAMP_LTZ").is_some_and(|(_, rest)| rest.is_empty()) => {
@@ -125,6 +126,6 @@ pub(crate) fn parse_type(ty: &str) -> std::result::Result<arrow::datatypes::Data
             }
             DataType::Decimal128(p, sc)
         }
-        other => return Err(format!("unknown type `{other}`")),
+        _ => return Err(format!("unknown type `{written}`")),
     })
 }

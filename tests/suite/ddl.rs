@@ -183,6 +183,22 @@ fn malformed_ddl_names_the_statement_and_the_token() {
             (1, 65),
             &["idle_timeout `1 month`", "not a fixed duration"],
         ),
+        // Flink's column forms Þund does not read, each said as such
+        (
+            "CREATE TABLE bids (ts TIMESTAMP(3), ts2 AS ts + INTERVAL '1' SECOND, WATERMARK FOR ts AS ts);",
+            (1, 37),
+            &["computed columns are not read", "in the view's query"],
+        ),
+        (
+            "CREATE TABLE bids (ts TIMESTAMP(3), PRIMARY KEY (ts) NOT ENFORCED, WATERMARK FOR ts AS ts);",
+            (1, 37),
+            &["a source is append-only", "PRIMARY KEY"],
+        ),
+        (
+            "CREATE TABLE bids (ts TIMESTAMP(3), part BIGINT METADATA FROM 'partition', WATERMARK FOR ts AS ts);",
+            (1, 37),
+            &["METADATA column"],
+        ),
         // an option twice (the second place), a Flink connector's options
         (
             "CREATE SOURCE bids (ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (idle_timeout = '1s', 'IDLE_TIMEOUT' = '2s');",
@@ -678,4 +694,12 @@ fn flink_and_postgresql_type_names_are_read() {
     let want = run(&pipeline("TIMESTAMP", "BIGINT"));
     assert!(want.iter().any(|t| !t.is_empty()));
     assert_eq!(run(&pipeline("TIMESTAMP(3)", "BIGINT  NOT   NULL")), want);
+    // a COMMENT documents its column
+    assert_eq!(
+        run(&pipeline(
+            "TIMESTAMP(3) COMMENT 'event time'",
+            "BIGINT NOT NULL COMMENT 'the lot'"
+        )),
+        want
+    );
 }
