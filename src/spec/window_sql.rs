@@ -1120,6 +1120,19 @@ impl Rewriter<'_> {
         if let GroupByExpr::Expressions(exprs, _) = &mut s.group_by {
             let mut kept = Vec::new();
             for e in exprs.drain(..) {
+                // Flink's legacy group windows (`GROUP BY TUMBLE(ts, INTERVAL …)`)
+                if let Expr::Function(f) = &e {
+                    let name = f.name.to_string().to_ascii_uppercase();
+                    if matches!(name.as_str(), "TUMBLE" | "HOP" | "SESSION") {
+                        return Err(self.err(format!(
+                            "`{e}` ({}): Flink's legacy group window is not read; declare the \
+                             window in FROM as a table function, `FROM {name}(source, \
+                             time_column, …)`, and group by window_start, window_end \
+                             ({name}_START and {name}_END are those columns)",
+                            position(&e)
+                        )));
+                    }
+                }
                 if let Some(f) = is_date_bin(&e) {
                     self.date_bin(f)?;
                     here.push(self.declared.len() - 1);

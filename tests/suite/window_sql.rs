@@ -364,6 +364,18 @@ fn malformed_window_calls_name_the_call_and_its_position() {
             None,
             &["not a fixed duration"],
         ),
+        // Flink's legacy group windows say what to write instead
+        (
+            "SELECT k, TUMBLE_START(ts, INTERVAL '1' SECOND) AS s, COUNT(*) AS c FROM t \
+             GROUP BY k, TUMBLE(ts, INTERVAL '1' SECOND)",
+            None,
+            &["`TUMBLE(ts, INTERVAL '1' SECOND)`", "line 1, column 88", "legacy group window", "FROM TUMBLE(source, time_column"],
+        ),
+        (
+            "SELECT k, COUNT(*) AS c FROM t GROUP BY HOP(ts, INTERVAL '1' SECOND, INTERVAL '2' SECOND), k",
+            None,
+            &["legacy group window", "HOP_START and HOP_END"],
+        ),
         // a date_bin selected is the declared window's start only if it is that window
         (
             "SELECT k, date_bin(INTERVAL '2 seconds', ts) AS w, COUNT(*) AS c FROM t \
