@@ -228,7 +228,7 @@ pub struct RunArgs {
     /// The view: a TOML spec or a SQL DDL file.
     #[command(flatten)]
     pub view: ViewArgs,
-    /// An input as SOURCE=PATH (.csv or .parquet); one per source.
+    /// An input as SOURCE=PATH (.csv or .parquet); one per source (its name in any ASCII case, when no other source has it).
     #[arg(long = "input", value_name = "SOURCE=PATH", required = true)]
     pub inputs: Vec<String>,
     /// Rows of each source per trigger (at least 1): rows of the file,

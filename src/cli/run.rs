@@ -31,6 +31,17 @@ pub(super) fn parse_inputs(spec: &ViewSpec, inputs: &[String]) -> Result<Vec<(St
                 Error::spec(&spec.name, format!("--input {i:?}: expected SOURCE=PATH")).into(),
             );
         };
+        // the source of that name, or the one whose name differs only in
+        // ASCII case (`bid` for `CREATE TABLE Bid`, read as SQL reads it)
+        let like: Vec<&str> = (spec.sources.iter())
+            .map(|x| x.name.as_str())
+            .filter(|n| n.eq_ignore_ascii_case(s))
+            .collect();
+        let s = match (spec.sources.iter().find(|x| x.name == s), like.as_slice()) {
+            (Some(x), _) => x.name.as_str(),
+            (None, [one]) => one,
+            _ => s,
+        };
         if !spec.sources.iter().any(|x| x.name == s) {
             return Err(Error::spec(
                 &spec.name,

@@ -947,7 +947,8 @@ fn an_empty_cell_of_a_not_null_column_refuses_its_row() {
 /// A file's column whose name differs from a declared one only in ASCII
 /// case is that column (an unquoted DDL name is lower case: Flink's
 /// `dateTime` declares `datetime`), in a CSV header and a Parquet file,
-/// unless two names could be it: both are then named.
+/// unless two names could be it: both are then named. An `--input` source
+/// name is read so too.
 #[test]
 fn a_column_named_in_another_case_is_the_declared_one_unless_ambiguous() {
     use std::sync::Arc;
@@ -1000,6 +1001,14 @@ fn a_column_named_in_another_case_is_the_declared_one_unless_ambiguous() {
         assert!(o.ok(), "{}: {}", input.display(), o.stderr);
         assert_eq!(csv_rows(&got), csv_rows(&want), "{}", input.display());
     }
+    // so is a source named in another case by --input
+    let upper: Vec<String> = (args(&sql, &plain, 40, &got).into_iter())
+        .map(|a| a.replace("bids=", "BIDS="))
+        .collect();
+    assert!(upper.iter().any(|a| a.starts_with("BIDS=")));
+    let o = run(upper);
+    assert!(o.ok(), "{}", o.stderr);
+    assert_eq!(csv_rows(&got), csv_rows(&want));
     let both = write(&f.dir, "both.csv", "Auction,AUCTION,price,ts\n1,1,2,3\n");
     let o = run(args(&sql, &both, 40, &got));
     assert_eq!(o.code, Some(1), "{}", o.stderr);
