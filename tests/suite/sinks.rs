@@ -461,3 +461,64 @@ fn a_nan_is_stored_or_refused_never_made_null() {
         }
     }
 }
+
+/// PostgreSQL keeps microseconds and rounds finer digits: a nanosecond
+/// timestamp is floored to the microsecond, as event times are, so that a
+/// time 100 ns before midnight stays before it (rounded, it showed the next
+/// day, outside the window its row names).
+#[test]
+fn a_nanosecond_time_is_floored_to_postgresqls_microseconds() {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, TimestampNanosecondArray};
+    use arrow::datatypes::{Field, Schema, TimeUnit};
+    let ns = DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into()));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("ts", ns, false),
+    ]));
+    let spec = ViewSpec::builder("v", "SELECT k, MIN(ts) AS lo FROM t GROUP BY k")
+        .source("t", "ts", schema.clone())
+        .window(WindowSpec::tumbling(Duration::from_secs(10)))
+        .build()
+        .expect("spec");
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(spec).expect("view");
+    let table = common::db::pg_table("ns");
+    let url = SinkUrl::parse(&common::db::pg_sink(&table)).expect("url");
+    let mut sink = open_fresh(&e, &url, OutputMode::Append).expect("sink");
+    let rows = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2])),
+            Arc::new(
+                TimestampNanosecondArray::from(vec![-100, 1_123_456_789]).with_timezone("+00:00"),
+            ),
+        ],
+    )
+    .expect("batch");
+    e.push("t", rows).expect("push");
+    let r = e.finish().expect("finish");
+    assert!(sink
+        .write(r.epoch, "test", &r.views[0].output)
+        .expect("write"));
+    let got: Vec<String> = common::db::pg_client()
+        .query(
+            &format!(
+                "SELECT to_char(window_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' ' || \
+                 to_char(lo AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') FROM \"{table}\" ORDER BY k"
+            ),
+            &[],
+        )
+        .expect("rows")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "1969-12-31 23:59:50 1969-12-31 23:59:59.999999",
+            "1970-01-01 00:00:00 1970-01-01 00:00:01.123456",
+        ]
+    );
+}

@@ -242,15 +242,38 @@ pub(crate) fn cells(
                 .map(|v| v.map_or(Cell::Null, |b| Cell::Blob(b.to_vec())))
                 .collect()
         }),
-        Stored::Text => ArrayFormatter::try_new(col.as_ref(), &FormatOptions::default()).map(|f| {
-            (0..col.len())
-                .map(|i| match col.is_null(i) {
-                    false => Cell::Text(f.value(i).to_string()),
-                    true => Cell::Null,
-                })
-                .collect()
-        }),
+        Stored::Text => {
+            // PostgreSQL keeps microseconds and rounds finer digits, which can
+            // carry a time across a window's bound (23:59:59.9999999 shown as
+            // the next day): floored to the microsecond, as event times are
+            let floored;
+            let col = match col.data_type() {
+                DataType::Timestamp(arrow::datatypes::TimeUnit::Nanosecond, tz) => {
+                    use arrow::datatypes::{TimestampMicrosecondType, TimestampNanosecondType};
+                    floored = std::sync::Arc::new(
+                        col.as_primitive::<TimestampNanosecondType>()
+                            .unary::<_, TimestampMicrosecondType>(|v| v.div_euclid(1000))
+                            .with_timezone_opt(tz.clone()),
+                    ) as ArrayRef;
+                    &floored
+                }
+                _ => col,
+            };
+            text_cells(col)
+        }
     }
+}
+
+/// A column's values in Arrow's display form.
+fn text_cells(col: &ArrayRef) -> std::result::Result<Vec<Cell>, arrow::error::ArrowError> {
+    ArrayFormatter::try_new(col.as_ref(), &FormatOptions::default()).map(|f| {
+        (0..col.len())
+            .map(|i| match col.is_null(i) {
+                false => Cell::Text(f.value(i).to_string()),
+                true => Cell::Null,
+            })
+            .collect()
+    })
 }
 
 /// What one epoch does to the sink's table, in order.
