@@ -59,13 +59,43 @@ pub(crate) fn parse_type(ty: &str) -> std::result::Result<arrow::datatypes::Data
             _ => Err(format!("`{ty}`: a timestamp's precision is 0 to 9 digits")),
         }
     };
-    // `NAME(args)`: the name and the text between the parentheses
-    let call = |name: &str| {
-        ty.strip_prefix(name)
-            .and_then(|r| r.strip_prefix('('))
-            .and_then(|r| r.split_once(')'))
-    };
     let zoned = |u: TimeUnit| DataType::Timestamp(u, Some("+00:00".into()));
+    // `NAME(args) rest`: a length, a precision, or a precision and a scale
+    if let Some((name, (args, rest))) = ty
+        .split_once('(')
+        .and_then(|(n, r)| Some((n, r.split_once(')')?)))
+    {
+        return Ok(match (name, rest.trim()) {
+            // a length is not checked: text is text
+            ("VARCHAR" | "CHAR" | "CHARACTER" | "CHARACTER VARYING", "")
+                if args.trim().parse::<u32>().is_ok() =>
+            {
+                DataType::Utf8
+            }
+            ("TIMESTAMP", "" | "WITHOUT TIME ZONE") => DataType::Timestamp(unit(args)?, None),
+            ("TIMESTAMP", "WITH TIME ZONE" | "WITH LOCAL TIME ZONE") | ("TIMESTAMP_LTZ", "") => {
+                zoned(unit(args)?)
+            }
+            ("DECIMAL" | "NUMERIC", "") => {
+                let (p, sc) = args.split_once(',').unwrap_or((args, "0"));
+                let p: u8 = p
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("`{ty}`: bad precision"))?;
+                let sc: i8 = sc
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("`{ty}`: bad scale"))?;
+                if p == 0 || p > 38 || sc < 0 || sc as u8 > p {
+                    return Err(format!(
+                        "`{ty}`: DECIMAL(p,s) needs 1 <= p <= 38 and 0 <= s <= p"
+                    ));
+                }
+                DataType::Decimal128(p, sc)
+            }
+            _ => return Err(format!("unknown type `{written}`")),
+        });
+    }
     Ok(match ty.as_str() {
         "BIGINT" | "INT8" | "INT64" | "LONG" => DataType::Int64,
         "INT" | "INTEGER" | "INT4" | "INT32" => DataType::Int32,
@@ -87,44 +117,6 @@ pub(crate) fn parse_type(ty: &str) -> std::result::Result<arrow::datatypes::Data
             return Err(format!(
                 "`{ty}` needs its precision and scale: DECIMAL(p, s), e.g. DECIMAL(18, 2)"
             ))
-        }
-        // a length is not checked: text is text
-        _ if ["VARCHAR", "CHAR", "CHARACTER", "CHARACTER VARYING"]
-            .iter()
-            .any(|n| {
-                call(n).is_some_and(|(n, rest)| rest.is_empty() && n.trim().parse::<u32>().is_ok())
-            }) =>
-        {
-            DataType::Utf8
-        }
-        _ if call("TIMESTAMP").is_some() => {
-            let (p, rest) = call("TIMESTAMP").unwrap_or_default();
-            match rest.trim() {
-                "" | "WITHOUT TIME ZONE" => DataType::Timestamp(unit(p)?, None),
-                "WITH TIME ZONE" | "WITH LOCAL TIME ZONE" => zoned(unit(p)?),
-                _ => return Err(format!("unknown type `{written}`")),
-            }
-        }
-        _ if call("TIMESTAMP_LTZ").is_some_and(|(_, rest)| rest.is_empty()) => {
-            zoned(unit(call("TIMESTAMP_LTZ").unwrap_or_default().0)?)
-        }
-        t if (t.starts_with("DECIMAL(") || t.starts_with("NUMERIC(")) && t.ends_with(')') => {
-            let inner = &t[t.find('(').unwrap_or(0) + 1..t.len() - 1];
-            let (p, sc) = inner.split_once(',').unwrap_or((inner, "0"));
-            let p: u8 = p
-                .trim()
-                .parse()
-                .map_err(|_| format!("`{ty}`: bad precision"))?;
-            let sc: i8 = sc
-                .trim()
-                .parse()
-                .map_err(|_| format!("`{ty}`: bad scale"))?;
-            if p == 0 || p > 38 || sc < 0 || sc as u8 > p {
-                return Err(format!(
-                    "`{ty}`: DECIMAL(p,s) needs 1 <= p <= 38 and 0 <= s <= p"
-                ));
-            }
-            DataType::Decimal128(p, sc)
         }
         _ => return Err(format!("unknown type `{written}`")),
     })
