@@ -14,7 +14,7 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use common::{canon, triggers, Triggers};
 use proptest::prelude::*;
-use thund::{Engine, ExecMode, PathKind, ViewSpec, WindowSpec};
+use thund::{Engine, ExecMode, ViewSpec, WindowSpec};
 
 const KEYS: [Option<&str>; 5] = [Some("a"), Some(""), Some("bb"), Some("ä€"), None];
 
@@ -84,23 +84,7 @@ fn run(c: &Case, exec: ExecMode, declared_encoded: bool) -> Vec<Vec<String>> {
     .mode(exec)
     .build()
     .expect("spec");
-    let mut e = Engine::builder()
-        .workers(c.workers)
-        .build()
-        .expect("engine");
-    e.create_view(spec).expect("view");
-    let want = match exec {
-        ExecMode::Auto => PathKind::Incremental,
-        _ => PathKind::Recompute,
-    };
-    assert_eq!(e.plan("v").expect("plan").path(), want);
-    let mut outs = Vec::new();
-    for (rows, encoded) in &c.triggers {
-        e.push("t", batch(rows, *encoded)).expect("push");
-        outs.push(canon(&e.trigger().expect("trigger").views[0].output));
-    }
-    outs.push(canon(&e.finish().expect("finish").views[0].output));
-    outs
+    common::outputs(spec, c, |(rows, encoded)| batch(rows, *encoded)).expect("run")
 }
 
 proptest! {

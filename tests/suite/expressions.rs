@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use common::{canon, triggers, Triggers};
+use common::{triggers, Triggers};
 use proptest::prelude::*;
-use thund::{Engine, ExecMode, PathKind, ViewSpec, WindowSpec};
+use thund::{ExecMode, ViewSpec, WindowSpec};
 
 /// Queries whose WHERE refuses every row another part cannot evaluate.
 const GUARDED: &[&str] = &[
@@ -119,20 +119,7 @@ fn run(c: &Case, sql: &str, exec: ExecMode) -> thund::Result<Vec<Vec<String>>> {
         .output(c.mode)
         .mode(exec)
         .build()?;
-    let mut e = Engine::builder().workers(c.workers).build()?;
-    e.create_view(spec)?;
-    let want = match exec {
-        ExecMode::Auto => PathKind::Incremental,
-        _ => PathKind::Recompute,
-    };
-    assert_eq!(e.plan("v")?.path(), want, "{sql}");
-    let mut outs = Vec::new();
-    for rows in &c.triggers {
-        e.push("t", batch(rows))?;
-        outs.push(canon(&e.trigger()?.views[0].output));
-    }
-    outs.push(canon(&e.finish()?.views[0].output));
-    Ok(outs)
+    common::outputs(spec, c, |rows| batch(rows))
 }
 
 /// Each query runs on both paths and they agree at every trigger.

@@ -558,3 +558,29 @@ pub fn triggers<S: proptest::strategy::Strategy>(
             workers,
         })
 }
+
+/// `spec` (reading source `t`) run over `c`'s triggers on `c.workers`
+/// workers, each trigger's rows made by `batch`: the canonical rows of every
+/// trigger and of the end of the stream. The view must take the path its
+/// spec's mode asks for (Auto: the incremental one).
+pub fn outputs<T>(
+    spec: thund::ViewSpec,
+    c: &Triggers<T>,
+    batch: impl Fn(&T) -> RecordBatch,
+) -> thund::Result<Vec<Vec<String>>> {
+    let want = match spec.mode {
+        thund::ExecMode::Auto => thund::PathKind::Incremental,
+        _ => thund::PathKind::Recompute,
+    };
+    let sql = spec.sql.clone();
+    let mut e = thund::Engine::builder().workers(c.workers).build()?;
+    e.create_view(spec)?;
+    assert_eq!(e.plan("v")?.path(), want, "{sql}");
+    let mut outs = Vec::new();
+    for t in &c.triggers {
+        e.push("t", batch(t))?;
+        outs.push(canon(&e.trigger()?.views[0].output));
+    }
+    outs.push(canon(&e.finish()?.views[0].output));
+    Ok(outs)
+}
