@@ -96,7 +96,7 @@ pub(crate) fn type_columns(
         // as SQL databases do, not read as one (`inf` written as such is one)
         let overflowed = out_of_range(src.as_ref(), dst.as_ref());
         // 1.5 cast to an integer is 1: refused, as the text "1.5" is
-        let fractions = fractions(src.as_ref(), dst.as_ref())?;
+        let fractions = fractions(src, dst.as_ref())?;
         if dst.null_count() > src.null_count() || !overflowed.is_empty() || !fractions.is_empty() {
             let fmt = ArrayFormatter::try_new(src.as_ref(), &FormatOptions::default())?;
             let cut = (0..rows).filter(|&r| src.is_valid(r) && dst.is_null(r));
@@ -281,7 +281,7 @@ fn floored_timestamps(
 
 /// The rows where a float or decimal `src` cast to an integer `dst` lost a
 /// fraction (`1.5` read as `1`).
-fn fractions(src: &dyn Array, dst: &dyn Array) -> Result<Vec<usize>> {
+fn fractions(src: &ArrayRef, dst: &dyn Array) -> Result<Vec<usize>> {
     let lossy = matches!(
         src.data_type(),
         DataType::Float16
@@ -297,7 +297,7 @@ fn fractions(src: &dyn Array, dst: &dyn Array) -> Result<Vec<usize>> {
     }
     // (canonical: -0.0 read as 0 lost no fraction, and Arrow orders it below 0.0)
     let back = arrow::compute::cast(dst, src.data_type())?;
-    let was = crate::paths::sql::checked::canonical_array(&arrow::array::make_array(src.to_data()));
+    let was = crate::paths::sql::checked::canonical_array(src);
     let differs = arrow::compute::kernels::cmp::distinct(&back, &was)?;
     Ok((0..src.len())
         .filter(|&r| dst.is_valid(r) && differs.value(r))
