@@ -20,6 +20,10 @@
 //! * `date_bin(INTERVAL …, time [, origin])` in `GROUP BY`: a tumbling
 //!   window (offset by the origin's time modulo the size), whose
 //!   start the select list may show under any name.
+//! * Flink's legacy group windows in `GROUP BY`:
+//!   `TUMBLE(time, size)`, `HOP(time, slide, size)`, `SESSION(time, gap)`,
+//!   whose bounds the select list shows as `TUMBLE_START(time, size)`,
+//!   `HOP_END(…)`, … with the same arguments.
 //!
 //! Within one window, `window_start` and `window_end` are constants, so the
 //! query is the per-window query of the contract (`../shared/design.md` §1)
@@ -671,6 +675,9 @@ impl Rewriter<'_> {
         if let Some(f) = is_date_bin(e) {
             return self.is_declared_bin(f).then_some(Bound::Start);
         }
+        if let Expr::Function(f) = e {
+            return self.legacy_bound(f);
+        }
         ident_of(e).and_then(|n| self.names.get(&n.to_ascii_lowercase()).copied())
     }
 
@@ -959,25 +966,12 @@ impl Rewriter<'_> {
                     "TUMBLE" => WindowKind::Tumbling {
                         size: interval(self.view, &what, arg(2))?,
                     },
-                    "HOP" => {
-                        let slide = interval(self.view, &what, arg(2))?;
-                        let size = interval(self.view, &what, arg(3))?;
-                        if slide > size {
-                            return Err(self.err(format!(
-                                "`{text}` ({at}): the slide (third argument) must not exceed \
-                                 the size (fourth): {usage}"
-                            )));
-                        }
-                        let n = windows_per_row(size, slide);
-                        if n > MAX_WINDOWS_PER_ROW {
-                            return Err(self.err(format!(
-                                "`{text}` ({at}) puts each row in up to {n} windows (size / \
-                                 slide); at most {MAX_WINDOWS_PER_ROW} are allowed: a longer \
-                                 slide or a shorter size"
-                            )));
-                        }
-                        WindowKind::Hopping { size, slide }
-                    }
+                    "HOP" => self.hopping(
+                        (&text, &at, usage),
+                        interval(self.view, &what, arg(2))?,
+                        interval(self.view, &what, arg(3))?,
+                        ("third", "fourth"),
+                    )?,
                     _ => WindowKind::Session {
                         gap: interval(self.view, &what, arg(2))?,
                         key: Vec::new(),
@@ -1063,6 +1057,165 @@ impl Rewriter<'_> {
         Ok(())
     }
 
+    /// A `HOP` call's window (`call`: as written, where, and its usage;
+    /// `nth`: which arguments the slide and size are): a slide longer than
+    /// the size, or one putting a row in too many windows, is refused.
+    fn hopping(
+        &self,
+        (text, at, usage): (&str, &str, &str),
+        slide: Duration,
+        size: Duration,
+        nth: (&str, &str),
+    ) -> Result<WindowKind> {
+        if slide > size {
+            return Err(self.err(format!(
+                "`{text}` ({at}): the slide ({} argument) must not exceed the size ({}): \
+                 {usage}",
+                nth.0, nth.1
+            )));
+        }
+        let n = windows_per_row(size, slide);
+        if n > MAX_WINDOWS_PER_ROW {
+            return Err(self.err(format!(
+                "`{text}` ({at}) puts each row in up to {n} windows (size / slide); at most \
+                 {MAX_WINDOWS_PER_ROW} are allowed: a longer slide or a shorter size"
+            )));
+        }
+        Ok(WindowKind::Hopping { size, slide })
+    }
+
+    /// Flink's legacy group window call `f` (`TUMBLE(time, size)`, `HOP(time,
+    /// slide, size)`, `SESSION(time, gap)`, or their `_START`/`_END`
+    /// functions, which take the same arguments), its window function being
+    /// `name`: the window and its time column.
+    fn legacy_window(&self, f: &Function, name: &str) -> Result<(WindowKind, String)> {
+        let text = f.to_string();
+        let at = position(f);
+        let (count, usage) = match name {
+            "TUMBLE" => (2, "TUMBLE(time_column, INTERVAL size)"),
+            "HOP" => (3, "HOP(time_column, INTERVAL slide, INTERVAL size)"),
+            _ => (2, "SESSION(time_column, INTERVAL gap)"),
+        };
+        let args = call_args(self.view, f, name)?;
+        if args.len() != count {
+            return Err(self.err(format!(
+                "`{text}` ({at}) takes {count} arguments in GROUP BY (Flink's group \
+                 window): {usage}"
+            )));
+        }
+        let Some(time) = ident_of(args[0]) else {
+            return Err(self.err(format!(
+                "`{text}` ({at}): the first argument names the event-time column: {usage}"
+            )));
+        };
+        let what = format!("`{text}`");
+        let kind = match name {
+            "TUMBLE" => WindowKind::Tumbling {
+                size: interval(self.view, &what, args[1])?,
+            },
+            "HOP" => self.hopping(
+                (&text, &at, usage),
+                interval(self.view, &what, args[1])?,
+                interval(self.view, &what, args[2])?,
+                ("second", "third"),
+            )?,
+            _ => WindowKind::Session {
+                gap: interval(self.view, &what, args[1])?,
+                key: Vec::new(),
+            },
+        };
+        Ok((kind, time))
+    }
+
+    /// Flink's legacy group window `f` in `GROUP BY` (see
+    /// [`Self::legacy_window`]): the query's window, whose bounds its
+    /// `_START` and `_END` functions select.
+    fn group_window(&mut self, f: &Function, name: &str) -> Result<()> {
+        let (kind, time) = self.legacy_window(f, name)?;
+        self.declared.push(Declared {
+            text: f.to_string(),
+            at: position(f),
+            source: None,
+            time,
+            kind,
+            offset: Duration::ZERO,
+            partition: None,
+        });
+        Ok(())
+    }
+
+    /// The bound a call to Flink's `TUMBLE_START`, `HOP_END`, … denotes: the
+    /// function's prefix and suffix, upper-case (`None` if `f` is no such
+    /// call).
+    fn legacy_bound_name(f: &Function) -> Option<(&'static str, &'static str)> {
+        let name = f.name.to_string().to_ascii_uppercase();
+        let (window, part) = name.split_once('_')?;
+        let window = FUNCTIONS.into_iter().find(|w| *w == window)?;
+        let part = ["START", "END", "ROWTIME", "PROCTIME"]
+            .into_iter()
+            .find(|p| *p == part)?;
+        Some((window, part))
+    }
+
+    /// Whether the call `f` to `TUMBLE_START`, `HOP_END`, … selects a bound
+    /// of a window the query declares (the same window over the same time
+    /// column), and which.
+    fn legacy_bound(&self, f: &Function) -> Option<Bound> {
+        let (window, part) = Self::legacy_bound_name(f)?;
+        let bound = match part {
+            "START" => Bound::Start,
+            "END" => Bound::End,
+            _ => return None,
+        };
+        let (kind, time) = self.legacy_window(f, window).ok()?;
+        let same = |d: &Declared| match (&d.kind, &kind) {
+            (WindowKind::Session { gap: a, .. }, WindowKind::Session { gap: b, .. }) => a == b,
+            (a, b) => a == b,
+        };
+        self.declared
+            .iter()
+            .any(|d| d.time.eq_ignore_ascii_case(&time) && d.offset.is_zero() && same(d))
+            .then_some(bound)
+    }
+
+    /// A call to `TUMBLE_START`, `HOP_END`, … in the select list that is not
+    /// a bound of the window the query declares, or one to a `_ROWTIME` or
+    /// `_PROCTIME` function (which Þund's windows do not have): an error
+    /// that says what to select.
+    fn unknown_legacy_bound(&self, e: &Expr) -> Result<()> {
+        let Expr::Function(f) = e else {
+            return Ok(());
+        };
+        let Some((window, part)) = Self::legacy_bound_name(f) else {
+            return Ok(());
+        };
+        if self.legacy_bound(f).is_some() {
+            return Ok(());
+        }
+        let at = position(f);
+        if matches!(part, "ROWTIME" | "PROCTIME") {
+            return Err(self.err(format!(
+                "`{f}` ({at}): a window's time attribute is not supported; select \
+                 {window}_END (the window's end), or window_end"
+            )));
+        }
+        // (what is wrong with its arguments, if anything)
+        self.legacy_window(f, window)?;
+        let declared: Vec<String> = self
+            .declared
+            .iter()
+            .map(|d| format!("`{}` ({})", d.text, d.at))
+            .collect();
+        Err(self.err(format!(
+            "`{f}` ({at}) is not a bound of the window the query declares ({}): give it \
+             the arguments of the query's `GROUP BY {window}(…)`",
+            match declared.is_empty() {
+                true => format!("none: group by `{window}(…)` to declare one"),
+                false => declared.join(", "),
+            }
+        )))
+    }
+
     /// A `date_bin(INTERVAL …, time)` call: a tumbling window.
     fn date_bin(&mut self, f: &Function) -> Result<()> {
         let text = f.to_string();
@@ -1123,14 +1276,10 @@ impl Rewriter<'_> {
                 // Flink's legacy group windows (`GROUP BY TUMBLE(ts, INTERVAL …)`)
                 if let Expr::Function(f) = &e {
                     let name = f.name.to_string().to_ascii_uppercase();
-                    if matches!(name.as_str(), "TUMBLE" | "HOP" | "SESSION") {
-                        return Err(self.err(format!(
-                            "`{e}` ({}): Flink's legacy group window is not read; declare the \
-                             window in FROM as a table function, `FROM {name}(source, \
-                             time_column, …)`, and group by window_start, window_end \
-                             ({name}_START and {name}_END are those columns)",
-                            position(&e)
-                        )));
+                    if FUNCTIONS.contains(&name.as_str()) {
+                        self.group_window(f, &name)?;
+                        here.push(self.declared.len() - 1);
+                        continue;
                     }
                 }
                 if let Some(f) = is_date_bin(&e) {
@@ -1260,6 +1409,7 @@ impl Rewriter<'_> {
                     }
                 )));
             }
+            self.unknown_legacy_bound(e)?;
             if let Some(b) = self.bound(e) {
                 let shown = match (&alias, ident_of(e)) {
                     (Some(a), _) => a.clone(),
