@@ -225,6 +225,7 @@ impl Error {
                 kind,
                 window,
                 detail,
+                ..
             } => Error::Overflow {
                 view: view.to_string(),
                 aggregate: match detail.is_empty() {

@@ -23,6 +23,9 @@ pub enum Error {
         window: Option<Window>,
         /// Which aggregate, where known.
         detail: String,
+        /// The aggregate's index in the configuration (its state's slot),
+        /// where known.
+        aggregate: Option<u32>,
     },
     /// A value of the wrong type for an aggregate kind (e.g. a `Float` into `SumInt`).
     #[error("value {value} does not suit a {kind:?} aggregate")]

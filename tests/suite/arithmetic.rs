@@ -564,3 +564,109 @@ fn a_decimal_sum_past_its_type_is_an_overflow_on_both_paths() {
         }
     }
 }
+
+/// A decimal `SUM` past the 128 bits it is kept in names the same aggregate,
+/// type and window on both paths, whether the rows that overflow come in one
+/// trigger (the incremental path's ingest folds them) or one per trigger (its
+/// dataflow folds them), in one pane of a hopping window or in two: the
+/// first window (by start) that holds both rows, found here by walking the
+/// windows. A session's rows come in one trigger: across triggers the
+/// incremental path names the unit its dataflow keeps, not the session (see
+/// the README's limits).
+#[test]
+fn a_decimal_sum_past_128_bits_names_the_same_window_on_both_paths() {
+    let s = schema(DataType::Decimal128(38, 0));
+    let big = 9 * 10i128.pow(37);
+    let batch_of = |rows: &[(i128, i64)]| {
+        RecordBatch::try_new(
+            s.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![1; rows.len()])),
+                Arc::new(
+                    arrow::array::Decimal128Array::from(
+                        rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+                    )
+                    .with_precision_and_scale(38, 0)
+                    .expect("decimal"),
+                ),
+                Arc::new(TimestampMillisecondArray::from(
+                    rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+                )),
+            ],
+        )
+        .expect("batch")
+    };
+    let (size, slide) = (10_000i64, 2_000i64);
+    let windows = [
+        WindowSpec::tumbling(Duration::from_millis(size as u64)),
+        WindowSpec::hopping(
+            Duration::from_millis(size as u64),
+            Duration::from_millis(slide as u64),
+        ),
+        WindowSpec::session(Duration::from_millis(3_000), &["k"]),
+    ];
+    // the two big rows in one pane, and in two; a small row before them
+    for times in [[5_000i64, 5_100], [1_000, 3_000]] {
+        let rows = [(5, 100), (big, times[0]), (big, times[1])];
+        for (w, window) in windows.iter().enumerate() {
+            let (tumbling, session) = (w == 0, w == 2);
+            // the first window by start that holds both big rows
+            let want = if session {
+                // the small row is in the session if less than a gap before
+                let start = if times[0] - 100 < 3_000 {
+                    100
+                } else {
+                    times[0]
+                };
+                (start, times[1] + 3_000)
+            } else {
+                let step = if tumbling { size } else { slide };
+                let mut start = (times[0] - size).div_euclid(step) * step;
+                while !(start <= times[0] && times[1] < start + size) {
+                    start += step;
+                }
+                (start, start + size)
+            };
+            for one_per_trigger in [false, true] {
+                if session && one_per_trigger {
+                    continue;
+                }
+                for output in [OutputMode::Append, OutputMode::Update] {
+                    let [inc, rec] = [ExecMode::Auto, ExecMode::Recompute].map(|mode| {
+                        let mut e = Engine::builder().build()?;
+                        e.create_view(
+                            ViewSpec::builder("v", "SELECT k, SUM(x) AS s FROM t GROUP BY k")
+                                .window(window.clone())
+                                .source("t", "ts", s.clone())
+                                .output(output)
+                                .mode(mode)
+                                .build()?,
+                        )?;
+                        let mut out = Vec::new();
+                        match one_per_trigger {
+                            true => {
+                                for r in rows {
+                                    e.push("t", batch_of(&[r]))?;
+                                    out.extend(e.trigger()?.views[0].output.clone());
+                                }
+                            }
+                            false => e.push("t", batch_of(&rows))?,
+                        }
+                        out.extend(e.finish()?.views[0].output.clone());
+                        Ok::<_, Error>(out)
+                    });
+                    let at = format!("{window:?}, {times:?}, {one_per_trigger}, {output:?}");
+                    let expected = (
+                        "v".to_string(),
+                        "SUM(t.x)".to_string(),
+                        "Decimal128(38, 0)".to_string(),
+                        want.0,
+                        want.1,
+                    );
+                    assert_eq!(overflow_fields(&rec), expected, "recompute: {at}");
+                    assert_eq!(overflow_fields(&inc), expected, "incremental: {at}");
+                }
+            }
+        }
+    }
+}

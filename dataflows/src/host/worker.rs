@@ -194,6 +194,7 @@ impl Walk {
                         kind: acc.first_kind().unwrap_or(AggKind::SumInt),
                         window: Some(*window),
                         detail: "in the dataflow's accumulation".to_string(),
+                        aggregate: None,
                     }));
                 }
                 if acc.n > 0 {
@@ -576,8 +577,9 @@ const OPEN_WINDOWS: &str = "OpenWindows";
 
 fn step_reply(h: &Hosted, frontier: EventTime) -> Reply {
     let mut open = h.rendered.open.borrow_mut();
-    let error = open.take_error();
+    // (after the step: a closing window assembled from its panes may overflow)
     let out = open.take_step(frontier);
+    let error = open.take_error();
     Reply::Stepped {
         out,
         frontier: h.rendered.probe.with_frontier(|f| f.iter().min().copied()),

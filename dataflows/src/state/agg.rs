@@ -215,6 +215,7 @@ impl AggState {
             kind,
             window: None,
             detail: String::new(),
+            aggregate: None,
         };
         let count = self.count.checked_add(other.count).ok_or_else(overflow)?;
         let value = match (kind, self.value, other.value) {
@@ -272,6 +273,7 @@ impl AggState {
             kind,
             window: None,
             detail: String::new(),
+            aggregate: None,
         };
         if value.is_null() {
             return Ok(());
@@ -299,6 +301,7 @@ fn merge(kind: AggKind, a: Value, b: Value) -> Result<Value> {
         kind,
         window: None,
         detail: String::new(),
+        aggregate: None,
     };
     Ok(match (kind, a, b) {
         (AggKind::SumInt, Value::Int(a), Value::Int(b)) => {
@@ -344,6 +347,7 @@ pub(crate) fn combine_all(
                 kind,
                 window,
                 detail: format!("aggregate #{i}"),
+                aggregate: u32::try_from(i).ok(),
             },
             other => other,
         })?;

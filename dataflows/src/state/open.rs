@@ -192,7 +192,8 @@ impl OpenWindows {
     }
 
     fn fail(&mut self, window: Window, diff: &Acc) {
-        self.error = Some(malformed(&self.kinds, window, diff));
+        self.error
+            .get_or_insert_with(|| malformed(&self.kinds, window, diff));
     }
 
     /// Whether the next steps track the open states that change (what
@@ -418,6 +419,7 @@ fn malformed(kinds: &[AggKind], window: Window, diff: &Acc) -> Error {
         } else {
             format!("malformed accumulation (n = {})", diff.n)
         },
+        aggregate: None,
     }
 }
 
@@ -501,7 +503,8 @@ fn fold_states(
             let changed = match combine_states(states, diff, window) {
                 Ok(changed) => changed,
                 Err(e) => {
-                    *error = Some(e);
+                    // (the first error is the one reported: windows are met in order)
+                    error.get_or_insert(e);
                     return false;
                 }
             };
@@ -551,7 +554,8 @@ fn merge_group(
                 match state.combined(kinds[i], part) {
                     Ok(new) => *state = new,
                     Err(e) => {
-                        *error = Some(with_context(e, w, i));
+                        // (the first window's error is the one reported)
+                        error.get_or_insert_with(|| with_context(e, w, i));
                         return;
                     }
                 }
@@ -566,6 +570,7 @@ fn with_context(e: Error, window: Window, slot: usize) -> Error {
             kind,
             window: Some(window),
             detail: format!("aggregate #{slot}"),
+            aggregate: u32::try_from(slot).ok(),
         },
         other => other,
     }

@@ -72,10 +72,16 @@ impl PreAggregator {
             }
             std::collections::hash_map::Entry::Occupied(mut o) => {
                 combine_all(&self.kinds, o.get_mut(), &states).map_err(|e| match e {
-                    Error::Overflow { kind, detail, .. } => Error::Overflow {
+                    Error::Overflow {
+                        kind,
+                        detail,
+                        aggregate,
+                        ..
+                    } => Error::Overflow {
                         kind,
                         window: Some(window),
                         detail,
+                        aggregate,
                     },
                     other => other,
                 })

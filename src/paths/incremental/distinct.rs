@@ -310,6 +310,7 @@ fn change(
         kind,
         window: None,
         detail: String::new(),
+        aggregate: None,
     };
     let count = new.count.checked_sub(old.count).ok_or_else(overflow)?;
     let value = match (kind, old.value, new.value) {

@@ -295,6 +295,8 @@ struct Batch<'a> {
     times: &'a [i64],
     args: &'a [Arg],
     kinds: &'a [AggKind],
+    /// By fold column (of `args`), the first aggregate that folds it.
+    first: &'a [usize],
     panes: Option<Panes>,
     windows: &'a TimeWindows,
     w_prev: Option<EventTime>,
@@ -308,6 +310,38 @@ struct Batch<'a> {
 }
 
 impl Batch<'_> {
+    /// Fold error `e` of fold column `c` in a group of `unit` (`extent`: a
+    /// session's), naming the aggregate and the first window that holds the
+    /// unit (as the recompute path names the first window whose aggregate
+    /// fails), or the session of the batch's rows.
+    #[cold]
+    fn at(
+        &self,
+        e: thund_dataflows::Error,
+        unit: Window,
+        extent: Option<&[i64; 4]>,
+        c: usize,
+    ) -> thund_dataflows::Error {
+        match e {
+            thund_dataflows::Error::Overflow { kind, detail, .. } => {
+                thund_dataflows::Error::Overflow {
+                    kind,
+                    window: Some(match (self.panes, extent) {
+                        (Some(p), _) => p.windows_of(unit).next().unwrap_or(unit),
+                        // (a session's unit is three gaps: see `session`)
+                        (None, Some(&[first, last, ..])) if self.session => {
+                            Window::new(first, last.saturating_add((unit.end - unit.start) / 3))
+                        }
+                        (None, _) => unit,
+                    }),
+                    detail,
+                    aggregate: self.first.get(c).and_then(|&j| u32::try_from(j).ok()),
+                }
+            }
+            e => e,
+        }
+    }
+
     /// The unit (pane, or last window) of time `t`, the times that share it,
     /// and its index in `units` (added if new).
     fn run_of(&self, t: EventTime, units: &mut FxHashMap<Window, usize>) -> Run {
@@ -365,8 +399,9 @@ fn fold_shard(
         Some(KeyRows::Fixed(f)) => pass1!(|i| Some((None, &f.rows[i][..f.len]))),
     };
     // pass 2: one pass per aggregate over its argument column
-    for ((arg, &kind), col) in b.args.iter().zip(b.kinds).zip(&mut g.cols) {
-        fold_arg(kind, arg, &fed, col)?;
+    for (c, ((arg, &kind), col)) in b.args.iter().zip(b.kinds).zip(&mut g.cols).enumerate() {
+        fold_arg(kind, arg, &fed, col)
+            .map_err(|(e, slot)| b.at(e, g.groups[slot].0, g.extent.get(slot), c))?;
     }
     Ok(())
 }
@@ -505,7 +540,7 @@ fn fold_arg(
     arg: &Arg,
     fed: &[(usize, usize)],
     col: &mut Col,
-) -> std::result::Result<(), thund_dataflows::Error> {
+) -> std::result::Result<(), FoldError> {
     let nulls = arg.nulls();
     match (col, arg) {
         (Col::Count(count), _) => for_each_fed(fed, nulls, |_, s| bump(kind, &mut count[s])),
@@ -540,16 +575,19 @@ fn fold_arg(
             .find(|&&(i, _)| nulls.is_none_or(|n| n.is_valid(i)))
         {
             None => Ok(()),
-            Some(&(i, _)) => Err(thund_dataflows::Error::TypeMismatch {
-                kind,
-                value: match arg {
-                    Arg::Float(a) => Value::Float(a.value(i)),
-                    Arg::Int(a) => Value::Int(i128::from(a.value(i))),
-                    Arg::UInt(a) => Value::Int(i128::from(a.value(i))),
-                    Arg::Decimal(a) => Value::Int(a.value(i)),
-                    Arg::Count(_) => Value::Null,
+            Some(&(i, s)) => Err((
+                thund_dataflows::Error::TypeMismatch {
+                    kind,
+                    value: match arg {
+                        Arg::Float(a) => Value::Float(a.value(i)),
+                        Arg::Int(a) => Value::Int(i128::from(a.value(i))),
+                        Arg::UInt(a) => Value::Int(i128::from(a.value(i))),
+                        Arg::Decimal(a) => Value::Int(a.value(i)),
+                        Arg::Count(_) => Value::Null,
+                    },
                 },
-            }),
+                s,
+            )),
         },
     }
 }
@@ -620,8 +658,12 @@ fn overflow(kind: AggKind) -> thund_dataflows::Error {
         kind,
         window: None,
         detail: String::new(),
+        aggregate: None,
     }
 }
+
+/// A fold's error, and the group slot whose state it was folding.
+type FoldError = (thund_dataflows::Error, usize);
 
 /// Calls `f(row, slot)` for every pair of `fed` whose row is not null.
 #[inline]
@@ -629,13 +671,11 @@ fn for_each_fed(
     fed: &[(usize, usize)],
     nulls: Option<&NullBuffer>,
     mut f: impl FnMut(usize, usize) -> std::result::Result<(), thund_dataflows::Error>,
-) -> std::result::Result<(), thund_dataflows::Error> {
+) -> std::result::Result<(), FoldError> {
+    let at = |&(i, s): &(usize, usize)| f(i, s).map_err(|e| (e, s));
     match nulls {
-        None => fed.iter().try_for_each(|&(i, s)| f(i, s)),
-        Some(n) => fed
-            .iter()
-            .filter(|&&(i, _)| n.is_valid(i))
-            .try_for_each(|&(i, s)| f(i, s)),
+        None => fed.iter().try_for_each(at),
+        Some(n) => fed.iter().filter(|&&(i, _)| n.is_valid(i)).try_for_each(at),
     }
 }
 
@@ -650,7 +690,7 @@ fn fold_typed<V: Copy>(
     val: &mut [V],
     input: impl Fn(usize) -> V,
     pick: impl Fn(V, V) -> Option<V>,
-) -> std::result::Result<(), thund_dataflows::Error> {
+) -> std::result::Result<(), FoldError> {
     for_each_fed(fed, nulls, |i, s| {
         let x = input(i);
         val[s] = if count[s] == 0 {
@@ -670,7 +710,7 @@ fn fold_ints(
     count: &mut [i64],
     val: &mut [i128],
     input: impl Fn(usize) -> i128,
-) -> std::result::Result<(), thund_dataflows::Error> {
+) -> std::result::Result<(), FoldError> {
     match kind {
         AggKind::SumInt => fold_typed(kind, fed, nulls, count, val, input, i128::checked_add),
         AggKind::MinInt => fold_typed(kind, fed, nulls, count, val, input, |y, x| Some(y.min(x))),
@@ -1036,6 +1076,7 @@ impl IncrementalView {
                     times: o.times.values(),
                     args: &args,
                     kinds: &kinds,
+                    first: &folds.first,
                     panes: self.config.panes,
                     windows: &self.plan.windows,
                     w_prev,
@@ -1075,7 +1116,9 @@ impl IncrementalView {
                             .collect()
                     };
                 for r in folded {
-                    r.map_err(|e| Error::dataflow(&view, e))?;
+                    r.map_err(|e| {
+                        super::dataflow_error(&view, &self.plan.aggs, self.config.panes, e)
+                    })?;
                 }
             }
         }
@@ -1121,7 +1164,7 @@ impl IncrementalView {
         }
         self.dataflow
             .insert_states(&keys, &states)
-            .map_err(|e| Error::dataflow(&view, e))
+            .map_err(|e| super::dataflow_error(&view, &self.plan.aggs, self.config.panes, e))
     }
 }
 

@@ -141,6 +141,41 @@ impl Folds {
     }
 }
 
+/// A dataflow error of view `view` whose aggregates are `aggs`: an
+/// overflow of a known aggregate names it and its SQL type, as the recompute
+/// path does (`SUM(t.x) overflows Decimal128(38, 0) in window [0, 1000)`),
+/// and for a pane of hopping windows (`panes`) the first window that holds
+/// it.
+pub(super) fn dataflow_error(
+    view: &str,
+    aggs: &[crate::plan::CompiledAgg],
+    panes: Option<thund_dataflows::Panes>,
+    e: thund_dataflows::Error,
+) -> Error {
+    match e {
+        thund_dataflows::Error::Overflow {
+            window,
+            aggregate: Some(j),
+            ..
+        } if (j as usize) < aggs.len() => {
+            let j = j as usize;
+            let window = match (window, panes) {
+                (Some(w), Some(p)) if p.pane_of(w.start) == w => p.windows_of(w).next(),
+                (w, _) => w,
+            };
+            Error::Overflow {
+                view: view.to_string(),
+                aggregate: aggs[j].name.clone(),
+                data_type: aggs[j].output_type.to_string(),
+                window_start: window.map_or(EventTime::MIN, |w| w.start),
+                window_end: window.map_or(EventTime::MAX, |w| w.end),
+                value: "beyond 128 bits".to_string(),
+            }
+        }
+        e => Error::dataflow(view, e),
+    }
+}
+
 /// The incremental runtime of one view.
 pub(crate) struct IncrementalView {
     view: String,
@@ -300,7 +335,7 @@ impl ViewRuntime for IncrementalView {
         let mut step = self
             .dataflow
             .advance_to(w)
-            .map_err(|e| Error::dataflow(&self.view, e))?;
+            .map_err(|e| dataflow_error(&self.view, &self.plan.aggs, self.config.panes, e))?;
         if self.checkpointing {
             match self.config.panes {
                 // what the dataflow holds: pane states, until their last window closes

@@ -175,12 +175,34 @@ impl SessionStore {
         let mut acc = vec![AggState::EMPTY; self.kinds.len()];
         if let Some(units) = self.units.get(&k) {
             for (_, st) in units.range(s.first..=s.last_unit) {
-                for ((a, kind), x) in acc.iter_mut().zip(&self.kinds).zip(st) {
-                    a.combine(*kind, x)?;
-                }
+                self.fold(&mut acc, st, s)?;
             }
         }
         Ok(acc)
+    }
+
+    /// Folds `states` into `acc`: an overflow names the aggregate and the
+    /// session `s` it is in.
+    fn fold(
+        &self,
+        acc: &mut [AggState],
+        states: &[AggState],
+        s: &Sess,
+    ) -> Result<(), thund_dataflows::Error> {
+        for (i, ((a, kind), x)) in acc.iter_mut().zip(&self.kinds).zip(states).enumerate() {
+            a.combine(*kind, x).map_err(|e| match e {
+                thund_dataflows::Error::Overflow { kind, detail, .. } => {
+                    thund_dataflows::Error::Overflow {
+                        kind,
+                        window: Some(Window::new(s.start, self.end(s))),
+                        detail,
+                        aggregate: u32::try_from(i).ok(),
+                    }
+                }
+                e => e,
+            })?;
+        }
+        Ok(())
     }
 
     fn update(&self, k: u64, s: &Sess) -> Result<Update, thund_dataflows::Error> {
@@ -236,9 +258,7 @@ impl SessionStore {
                         continue;
                     }
                     let acc = carried.get_or_insert_with(|| vec![AggState::EMPTY; m]);
-                    for ((a, kind), x) in acc.iter_mut().zip(&self.kinds).zip(st) {
-                        a.combine(*kind, x)?;
-                    }
+                    self.fold(acc, st, &s)?;
                 }
                 if let Some(c) = carried {
                     out.push((s.last_unit, *k, c));
@@ -457,7 +477,7 @@ impl IncrementalView {
         let result = (|| {
             let closing = store
                 .step(&step.changed, &step.closed, w, &self.keys)
-                .map_err(|e| Error::dataflow(&view, e))?;
+                .map_err(|e| super::dataflow_error(&view, &self.plan.aggs, None, e))?;
             out.windows_closed = closing.len() as u64;
             let closing = self.existing(closing);
             let refs: Vec<&Update> = closing.iter().collect();
@@ -471,11 +491,9 @@ impl IncrementalView {
                     let mut open = Vec::new();
                     for (k, ts) in &by_key {
                         for s in store.open_at(*k, ts) {
-                            open.push(
-                                store
-                                    .update(*k, &s)
-                                    .map_err(|e| Error::dataflow(&view, e))?,
-                            );
+                            open.push(store.update(*k, &s).map_err(|e| {
+                                super::dataflow_error(&view, &self.plan.aggs, None, e)
+                            })?);
                         }
                     }
                     let open = self.existing(open);
@@ -487,7 +505,9 @@ impl IncrementalView {
                     let done = self.render(&refs, None)?;
                     self.closed_results.push(done);
                     out.batches.extend(self.closed_results.all());
-                    let open = store.all_open().map_err(|e| Error::dataflow(&view, e))?;
+                    let open = store
+                        .all_open()
+                        .map_err(|e| super::dataflow_error(&view, &self.plan.aggs, None, e))?;
                     let open = self.existing(open);
                     let open_refs: Vec<&Update> = open.iter().collect();
                     out.batches.push(self.render(&open_refs, None)?);
