@@ -133,6 +133,35 @@ fn an_integer_sum_overflow_is_the_same_error_on_both_paths() {
     );
     assert_eq!(overflow_fields(&inc), want);
     assert_eq!(overflow_fields(&rec), want);
+    // the aggregate named as written, with its DISTINCT and FILTER
+    let b = ints(
+        &[1, 1, 2],
+        &[Some(big), Some(big + 1), Some(5)],
+        &[10, 20, 30],
+    );
+    for (agg, named) in [
+        ("SUM(DISTINCT x)", "SUM(DISTINCT t.x)"),
+        (
+            "SUM(x) FILTER (WHERE k > 0)",
+            "SUM(t.x) FILTER (WHERE t.k > Int64(0))",
+        ),
+    ] {
+        let [inc, rec] = both(
+            &format!("SELECT k, {agg} AS s FROM t GROUP BY k"),
+            &b.schema(),
+            WindowSpec::tumbling(Duration::from_secs(1)),
+            std::slice::from_ref(&b),
+        );
+        let want = (
+            "v".to_string(),
+            named.to_string(),
+            "Int64".to_string(),
+            0,
+            1000,
+        );
+        assert_eq!(overflow_fields(&inc), want, "{agg}");
+        assert_eq!(overflow_fields(&rec), want, "{agg}");
+    }
     // UInt64: the sum of two values above u64::MAX / 2
     let s = schema(DataType::UInt64);
     let u = RecordBatch::try_new(

@@ -102,6 +102,14 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
         return Ok(Transformed::no(e));
     };
     let dt = arg.get_type(input)?;
+    // (named as the incremental path names it: `SUM(DISTINCT t.v) FILTER (WHERE …)`)
+    let label = |f: &str| {
+        let call = format!("{f}({}{arg})", if p.distinct { "DISTINCT " } else { "" });
+        match &p.filter {
+            Some(w) => format!("{call} FILTER (WHERE {w})"),
+            None => call,
+        }
+    };
     // of DISTINCT aggregates only the integer SUM is replaced (it wraps otherwise)
     let integer = dt.is_signed_integer() || dt.is_unsigned_integer();
     if p.distinct && !(name == "sum" && integer) {
@@ -109,7 +117,7 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
     }
     let udaf: Arc<dyn AggregateUDFImpl> = match name.as_str() {
         "sum" if dt.is_signed_integer() || dt.is_unsigned_integer() => Arc::new(CheckedSum {
-            label: format!("SUM({arg})"),
+            label: label("SUM"),
             out: if dt.is_unsigned_integer() {
                 DataType::UInt64
             } else {
@@ -118,12 +126,12 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
             signature: Signature::any(1, Volatility::Immutable),
         }),
         "sum" if matches!(dt, DataType::Decimal128(_, _)) && !p.distinct => Arc::new(CheckedSum {
-            label: format!("SUM({arg})"),
+            label: label("SUM"),
             out: af.func.return_type(std::slice::from_ref(&dt))?,
             signature: Signature::any(1, Volatility::Immutable),
         }),
         "avg" if matches!(dt, DataType::Decimal128(_, _)) => Arc::new(CheckedAvg {
-            label: format!("AVG({arg})"),
+            label: label("AVG"),
             input: dt.clone(),
             out: af.func.return_type(std::slice::from_ref(&dt))?,
             signature: Signature::any(1, Volatility::Immutable),
