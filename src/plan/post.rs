@@ -14,12 +14,12 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{Field, Schema};
-use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
-use datafusion::common::Column;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Column, DataFusionError};
 use datafusion::datasource::provider_as_source;
 
 use crate::paths::sql::live::LiveTable;
-use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, SubqueryAlias};
 
 /// The name of the table that holds a window's groups.
 const GROUPS: &str = "__thund_groups";
@@ -74,15 +74,78 @@ pub(crate) fn split(plan: &LogicalPlan) -> Option<Split> {
         return None;
     }
     let first = aggregates.first()?.clone();
-    if scans != aggregates.len() || aggregates.iter().any(|a| *a != first) || *plan == first {
+    // (the same aggregate also where it names the source otherwise)
+    let key = unaliased(&first)?;
+    let same = |a: &LogicalPlan| {
+        *a == first
+            || matches!(a, LogicalPlan::Aggregate(_)) && unaliased(a).is_some_and(|u| u == key)
+    };
+    if scans != aggregates.len() || !aggregates.iter().all(same) || *plan == first {
         return None;
     }
-    let (table, rest) = read_from_table(plan, &first, GROUPS)?;
+    let (table, rest) = read_each_from_table(plan, &first, same, GROUPS)?;
     Some(Split {
         aggregate: first,
         rest,
         table,
     })
+}
+
+/// The alias an aggregate's input gives the source (`FROM bid AS b1`): the
+/// name of the `SubqueryAlias` under its filters, if any.
+fn source_alias(p: &LogicalPlan) -> Option<String> {
+    match p {
+        LogicalPlan::Aggregate(a) => source_alias(&a.input),
+        LogicalPlan::Filter(f) => source_alias(&f.input),
+        LogicalPlan::Projection(pr) => source_alias(&pr.input),
+        LogicalPlan::SubqueryAlias(s) => Some(s.alias.table().to_string()),
+        _ => None,
+    }
+}
+
+/// `p` with the alias it gives the source (see [`source_alias`]) renamed to
+/// one name, and so every column that alias qualifies: aggregates that differ
+/// only in the name they give the source (`FROM bid B1` … `FROM bid B2`, as
+/// Flink's own Nexmark q5 writes) are then equal. `p` itself without an
+/// alias; `None` if DataFusion refuses the renamed plan.
+fn unaliased(p: &LogicalPlan) -> Option<LogicalPlan> {
+    const TO: &str = "__thund_source";
+    let Some(from) = source_alias(p) else {
+        return Some(p.clone());
+    };
+    let renamed = |e: Expr| {
+        e.transform_up(|x| match x {
+            Expr::Column(c) if c.relation.as_ref().is_some_and(|r| r.table() == from) => Ok(
+                Transformed::yes(Expr::Column(Column::new(Some(TO), c.name))),
+            ),
+            other => Ok(Transformed::no(other)),
+        })
+    };
+    p.clone()
+        .transform_up(|node| {
+            let node = match node {
+                LogicalPlan::SubqueryAlias(s) if s.alias.table() == from => {
+                    LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(s.input, TO)?)
+                }
+                other => other,
+            };
+            let node = node.map_expressions(renamed)?.data;
+            Ok(Transformed::yes(node.recompute_schema()?))
+        })
+        .ok()
+        .map(|t| t.data)
+}
+
+/// An empty table for `node`'s rows (`c0`, `c1`, … of its columns' types).
+fn table_for(node: &LogicalPlan) -> Arc<LiveTable> {
+    let fields: Vec<Field> = node
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable()))
+        .collect();
+    Arc::new(LiveTable::new(Arc::new(Schema::new(fields))))
 }
 
 /// A scan of an empty table `name` of `node`'s columns, each under `node`'s
@@ -92,14 +155,15 @@ pub(super) fn replacement_for(
     node: &LogicalPlan,
     name: &str,
 ) -> Option<(Arc<LiveTable>, LogicalPlan)> {
+    let table = table_for(node);
+    let replacement = scan_as(&table, node, name)?;
+    Some((table, replacement))
+}
+
+/// A scan of `table` (named `name`) with each column under `node`'s
+/// qualified name of it.
+fn scan_as(table: &Arc<LiveTable>, node: &LogicalPlan, name: &str) -> Option<LogicalPlan> {
     let df_schema = node.schema().clone();
-    let fields: Vec<Field> = df_schema
-        .fields()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable()))
-        .collect();
-    let table = Arc::new(LiveTable::new(Arc::new(Schema::new(fields))));
     let exprs: Vec<Expr> = df_schema
         .iter()
         .enumerate()
@@ -115,7 +179,33 @@ pub(super) fn replacement_for(
     if !replacement.schema().iter().eq(df_schema.iter()) {
         return None;
     }
-    Some((table, replacement))
+    Some(replacement)
+}
+
+/// `plan` with every node `same` takes (`node`, and nodes equal to it but
+/// for their names) replaced by a scan of one table of `node`'s rows, each
+/// under its own qualified names: the table (to fill per window) and the
+/// plan over it.
+fn read_each_from_table(
+    plan: &LogicalPlan,
+    node: &LogicalPlan,
+    same: impl Fn(&LogicalPlan) -> bool,
+    name: &str,
+) -> Option<(Arc<LiveTable>, LogicalPlan)> {
+    let table = table_for(node);
+    let rest = plan
+        .clone()
+        .transform_up_with_subqueries(|p| {
+            if !same(&p) {
+                return Ok(Transformed::no(p));
+            }
+            scan_as(&table, &p, name)
+                .map(Transformed::yes)
+                .ok_or_else(|| DataFusionError::Plan(format!("{name} does not scan as {p}")))
+        })
+        .ok()?
+        .data;
+    Some((table, rest))
 }
 
 /// `plan` with every occurrence of `node` replaced by [`replacement_for`]

@@ -193,7 +193,18 @@ pub fn engine(
     workers: usize,
     output: Option<thund::OutputMode>,
 ) -> (thund::Engine, String, Vec<String>) {
-    let p = thund::spec::ddl::parse(&query(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    engine_of(&query(name), mode, workers, output)
+}
+
+/// [`engine`] for the first view of the DDL `text`.
+pub fn engine_of(
+    text: &str,
+    mode: thund::ExecMode,
+    workers: usize,
+    output: Option<thund::OutputMode>,
+) -> (thund::Engine, String, Vec<String>) {
+    let name = text.lines().next().unwrap_or_default();
+    let p = thund::spec::ddl::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut v = p.views.into_iter().next().expect("a view");
     v.mode = mode;
     if let Some(o) = output {
