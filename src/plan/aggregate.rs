@@ -551,13 +551,22 @@ pub(crate) fn ordered_as_integer(dt: &DataType) -> bool {
 
 /// How errors name an aggregate: the SQL function in upper case and its argument.
 pub(crate) fn aggregate_name(a: &AggregateSpec) -> String {
-    let distinct = if a.distinct { "DISTINCT " } else { "" };
-    let call = format!(
-        "{}({distinct}{})",
-        format!("{:?}", a.func).to_uppercase(),
-        a.arg
-    );
-    match &a.filter {
+    let func = format!("{:?}", a.func).to_uppercase();
+    let filter = a.filter.as_ref().map(|w| w as &dyn std::fmt::Display);
+    call_name(&func, a.distinct, &a.arg, filter)
+}
+
+/// An aggregate call as both paths name it in their errors:
+/// `SUM(DISTINCT t.v) FILTER (WHERE t.g > Int64(2))`.
+pub(crate) fn call_name(
+    func: &str,
+    distinct: bool,
+    arg: &dyn std::fmt::Display,
+    filter: Option<&dyn std::fmt::Display>,
+) -> String {
+    let distinct = if distinct { "DISTINCT " } else { "" };
+    let call = format!("{func}({distinct}{arg})");
+    match filter {
         Some(w) => format!("{call} FILTER (WHERE {w})"),
         None => call,
     }

@@ -23,7 +23,8 @@ use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 
 pub(crate) use aggregate::{
-    ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue, PostPlan, Prune, Tagged, TopN,
+    call_name, ordered_as_integer, CompiledAgg, CompiledAggregate, PerValue, PostPlan, Prune,
+    Tagged, TopN,
 };
 pub use aggregate::{AggFunc, AggregatePlan, AggregateSpec, OrderSpec};
 pub(crate) use extremal::Extremal;

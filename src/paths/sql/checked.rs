@@ -104,11 +104,8 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
     let dt = arg.get_type(input)?;
     // (named as the incremental path names it: `SUM(DISTINCT t.v) FILTER (WHERE …)`)
     let label = |f: &str| {
-        let call = format!("{f}({}{arg})", if p.distinct { "DISTINCT " } else { "" });
-        match &p.filter {
-            Some(w) => format!("{call} FILTER (WHERE {w})"),
-            None => call,
-        }
+        let filter = p.filter.as_deref().map(|w| w as &dyn std::fmt::Display);
+        crate::plan::call_name(f, p.distinct, arg, filter)
     };
     // of DISTINCT aggregates only the integer SUM is replaced (it wraps otherwise)
     let integer = dt.is_signed_integer() || dt.is_unsigned_integer();
