@@ -108,3 +108,25 @@ pub enum Error {
         cause: Box<Error>,
     },
 }
+
+impl Error {
+    /// This error placed: an overflow of the state of `window` (and, where
+    /// `slot` says, of that aggregate of the configuration) names them; any
+    /// other error is as it was.
+    pub fn placed(self, window: Window, slot: Option<usize>) -> Self {
+        match self {
+            Error::Overflow {
+                kind,
+                detail,
+                aggregate,
+                ..
+            } => Error::Overflow {
+                kind,
+                window: Some(window),
+                detail: slot.map_or(detail, |s| format!("aggregate #{s}")),
+                aggregate: slot.and_then(|s| u32::try_from(s).ok()).or(aggregate),
+            },
+            other => other,
+        }
+    }
+}

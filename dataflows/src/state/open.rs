@@ -474,7 +474,7 @@ fn combine_states(states: &mut [AggState], diff: &Acc, window: Window) -> Result
         let (kind, part) = diff.get(i);
         let new = state
             .combined(kind, &part)
-            .map_err(|e| with_context(e, window, i))?;
+            .map_err(|e| e.placed(window, Some(i)))?;
         changed |= new != *state;
         *state = new;
     }
@@ -555,23 +555,11 @@ fn merge_group(
                     Ok(new) => *state = new,
                     Err(e) => {
                         // (the first window's error is the one reported)
-                        error.get_or_insert_with(|| with_context(e, w, i));
+                        error.get_or_insert_with(|| e.placed(w, Some(i)));
                         return;
                     }
                 }
             }
         }
-    }
-}
-
-fn with_context(e: Error, window: Window, slot: usize) -> Error {
-    match e {
-        Error::Overflow { kind, .. } => Error::Overflow {
-            kind,
-            window: Some(window),
-            detail: format!("aggregate #{slot}"),
-            aggregate: u32::try_from(slot).ok(),
-        },
-        other => other,
     }
 }

@@ -71,20 +71,7 @@ impl PreAggregator {
                 Ok(())
             }
             std::collections::hash_map::Entry::Occupied(mut o) => {
-                combine_all(&self.kinds, o.get_mut(), &states).map_err(|e| match e {
-                    Error::Overflow {
-                        kind,
-                        detail,
-                        aggregate,
-                        ..
-                    } => Error::Overflow {
-                        kind,
-                        window: Some(window),
-                        detail,
-                        aggregate,
-                    },
-                    other => other,
-                })
+                combine_all(&self.kinds, o.get_mut(), &states).map_err(|e| e.placed(window, None))
             }
         }
     }

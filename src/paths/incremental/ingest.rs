@@ -311,9 +311,8 @@ struct Batch<'a> {
 
 impl Batch<'_> {
     /// Fold error `e` of fold column `c` in a group of `unit` (`extent`: a
-    /// session's), naming the aggregate and the first window that holds the
-    /// unit (as the recompute path names the first window whose aggregate
-    /// fails), or the session of the batch's rows.
+    /// session's), naming the aggregate and the unit (a pane's first window
+    /// is named by `dataflow_error`), or the session of the batch's rows.
     #[cold]
     fn at(
         &self,
@@ -322,24 +321,14 @@ impl Batch<'_> {
         extent: Option<&[i64; 4]>,
         c: usize,
     ) -> thund_dataflows::Error {
-        match e {
-            thund_dataflows::Error::Overflow { kind, detail, .. } => {
-                thund_dataflows::Error::Overflow {
-                    kind,
-                    window: Some(match (self.panes, extent) {
-                        (Some(p), _) => p.windows_of(unit).next().unwrap_or(unit),
-                        // (a session's unit is three gaps: see `session`)
-                        (None, Some(&[first, last, ..])) if self.session => {
-                            Window::new(first, last.saturating_add((unit.end - unit.start) / 3))
-                        }
-                        (None, _) => unit,
-                    }),
-                    detail,
-                    aggregate: self.first.get(c).and_then(|&j| u32::try_from(j).ok()),
-                }
+        let window = match extent {
+            // (a session's unit is three gaps: see `session`)
+            Some(&[first, last, ..]) if self.session => {
+                Window::new(first, last.saturating_add((unit.end - unit.start) / 3))
             }
-            e => e,
-        }
+            _ => unit,
+        };
+        e.placed(window, self.first.get(c).copied())
     }
 
     /// The unit (pane, or last window) of time `t`, the times that share it,

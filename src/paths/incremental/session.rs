@@ -190,17 +190,8 @@ impl SessionStore {
         s: &Sess,
     ) -> Result<(), thund_dataflows::Error> {
         for (i, ((a, kind), x)) in acc.iter_mut().zip(&self.kinds).zip(states).enumerate() {
-            a.combine(*kind, x).map_err(|e| match e {
-                thund_dataflows::Error::Overflow { kind, detail, .. } => {
-                    thund_dataflows::Error::Overflow {
-                        kind,
-                        window: Some(Window::new(s.start, self.end(s))),
-                        detail,
-                        aggregate: u32::try_from(i).ok(),
-                    }
-                }
-                e => e,
-            })?;
+            a.combine(*kind, x)
+                .map_err(|e| e.placed(Window::new(s.start, self.end(s)), Some(i)))?;
         }
         Ok(())
     }
