@@ -215,17 +215,5 @@ pub(super) fn read_from_table(
     node: &LogicalPlan,
     name: &str,
 ) -> Option<(Arc<LiveTable>, LogicalPlan)> {
-    let (table, replacement) = replacement_for(node, name)?;
-    let rest = plan
-        .clone()
-        .transform_up_with_subqueries(|p| {
-            Ok(if p == *node {
-                Transformed::yes(replacement.clone())
-            } else {
-                Transformed::no(p)
-            })
-        })
-        .ok()?
-        .data;
-    Some((table, rest))
+    read_each_from_table(plan, node, |p| p == node, name)
 }

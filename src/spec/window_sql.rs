@@ -1201,19 +1201,23 @@ impl Rewriter<'_> {
         }
         // (what is wrong with its arguments, if anything)
         self.legacy_window(f, window)?;
-        let declared: Vec<String> = self
-            .declared
-            .iter()
-            .map(|d| format!("`{}` ({})", d.text, d.at))
-            .collect();
         Err(self.err(format!(
             "`{f}` ({at}) is not a bound of the window the query declares ({}): give it \
              the arguments of the query's `GROUP BY {window}(…)`",
-            match declared.is_empty() {
-                true => format!("none: group by `{window}(…)` to declare one"),
-                false => declared.join(", "),
-            }
+            self.declared_or(&format!("none: group by `{window}(…)` to declare one"))
         )))
+    }
+
+    /// The windows the query declares, as written and where, or `none` if
+    /// it declares none yet.
+    fn declared_or(&self, none: &str) -> String {
+        match self.declared.is_empty() {
+            true => none.to_string(),
+            false => (self.declared.iter())
+                .map(|d| format!("`{}` ({})", d.text, d.at))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
     }
 
     /// A `date_bin(INTERVAL …, time)` call: a tumbling window.
@@ -1394,19 +1398,11 @@ impl Rewriter<'_> {
                 }
             };
             if let Some(f) = is_date_bin(e).filter(|f| !self.is_declared_bin(f)) {
-                let declared: Vec<String> = self
-                    .declared
-                    .iter()
-                    .map(|d| format!("`{}` ({})", d.text, d.at))
-                    .collect();
                 return Err(self.err(format!(
                     "`{f}` ({}) in the select list is not the window the query declares \
                      ({}): select that window's date_bin, or window_start",
                     position(f),
-                    match declared.is_empty() {
-                        true => "none: group by a date_bin to declare one".to_string(),
-                        false => declared.join(", "),
-                    }
+                    self.declared_or("none: group by a date_bin to declare one")
                 )));
             }
             self.unknown_legacy_bound(e)?;
