@@ -139,24 +139,23 @@ pub fn bound_array(ms: &[EventTime], dt: &DataType) -> ArrayRef {
     }
 }
 
-/// Human-readable form of an event time for reports and the CLI.
+/// The last millisecond RFC 3339 writes with a four-digit year:
+/// 9999-12-31T23:59:59.999Z.
+const LAST_RFC3339_MS: EventTime = 253_402_300_799_999;
+
+/// Human-readable form of an event time for reports and the CLI: RFC 3339
+/// from the Unix epoch to the end of year 9999, milliseconds since the
+/// epoch (`-5ms`, `253402300800000ms`) outside that range.
 pub fn display(ms: Option<EventTime>) -> String {
     match ms {
         None => "-inf".into(),
         Some(i64::MAX) => "+inf".into(),
-        Some(v) => {
-            let secs = v.div_euclid(1000);
-            let milli = v.rem_euclid(1000);
-            match std::time::UNIX_EPOCH
-                .checked_add(std::time::Duration::from_secs(secs.max(0) as u64))
-            {
-                Some(t) if v >= 0 => {
-                    let s = humantime::format_rfc3339_seconds(t).to_string();
-                    format!("{}.{milli:03}Z", s.trim_end_matches('Z'))
-                }
-                _ => format!("{v}ms"),
-            }
+        Some(v @ 0..=LAST_RFC3339_MS) => {
+            let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(v as u64);
+            // (humantime's formatter fails, rather than writes, a year past 9999)
+            humantime::format_rfc3339_millis(t).to_string()
         }
+        Some(v) => format!("{v}ms"),
     }
 }
 
@@ -212,6 +211,20 @@ mod tests {
                 .map(|d| d.map(|d| i64::from(d) * DAY_MS))
                 .collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn every_event_time_displays() {
+        let shown = |v| display(Some(v));
+        assert_eq!(display(None), "-inf");
+        assert_eq!(shown(i64::MAX), "+inf");
+        assert_eq!(shown(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(shown(1_500), "1970-01-01T00:00:01.500Z");
+        assert_eq!(shown(-1), "-1ms");
+        assert_eq!(shown(i64::MIN), format!("{}ms", i64::MIN));
+        assert_eq!(shown(LAST_RFC3339_MS), "9999-12-31T23:59:59.999Z");
+        assert_eq!(shown(LAST_RFC3339_MS + 1), "253402300800000ms");
+        assert_eq!(shown(i64::MAX - 1), format!("{}ms", i64::MAX - 1));
     }
 
     #[test]

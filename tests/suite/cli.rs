@@ -594,6 +594,92 @@ fn resumed_csv_and_parquet_inputs_continue_at_their_offset() {
     }
 }
 
+/// Event times past year 9999 (and before 1970) are valid input: the
+/// report, a resume's message and `inspect` show such a watermark in
+/// milliseconds since the epoch instead of stopping the run (RFC 3339 has
+/// four-digit years: the formatter failed, and the process panicked, on
+/// writing the report line of a trigger whose W was past 9999).
+#[test]
+fn watermarks_past_year_9999_are_reported_inspected_and_resumed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let view = pipeline(dir.path());
+    let last_rfc3339: i64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+    let times = [
+        -5_000,
+        1_000,
+        last_rfc3339,
+        last_rfc3339 + 3_000,
+        i64::MAX - 20_000,
+    ];
+    let mut csv = String::from("auction,price,ts\n");
+    for (i, t) in times.iter().enumerate() {
+        csv.push_str(&format!("{},{},{t}\n", i % 2, i + 1));
+    }
+    let input = write(dir.path(), "bids.csv", &csv);
+    // one row per trigger
+    let one = |mut args: Vec<String>| {
+        let at = args
+            .iter()
+            .position(|a| a == "--rows-per-trigger")
+            .expect("flag");
+        args[at + 1] = "1".into();
+        args
+    };
+    let plain = dir.path().join("plain.csv");
+    let args = one(run_args(
+        &view,
+        &input,
+        &["--output", plain.to_str().expect("utf8")],
+    ));
+    let o = bin::run(&args);
+    assert!(o.ok(), "{}", o.stderr);
+
+    let out = dir.path().join("out.csv");
+    let rep = dir.path().join("report.jsonl");
+    let root = bin::url(&dir.path().join("state"));
+    let (o_, r) = (out.to_str().expect("utf8"), rep.to_str().expect("utf8"));
+    let extra = ["--output", o_, "--report", r, "--state-root", &root];
+    let args = one(run_args(&view, &input, &extra));
+    let mut stopped = args.clone();
+    stopped.extend(["--max-triggers".to_string(), "4".to_string()]);
+    let o = bin::run(&stopped);
+    assert!(o.ok(), "{}", o.stderr);
+    // W after the fourth row: its time less the 2 s lateness, past 9999
+    let w = last_rfc3339 + 1_000;
+    let o = bin::run(["inspect", root.as_str()]);
+    assert!(o.ok(), "{}", o.stderr);
+    assert!(o.stdout.contains(&format!("{w}ms")), "{}", o.stdout);
+    let o = bin::run(&args);
+    assert!(o.ok(), "{}", o.stderr);
+    assert!(o.stderr.contains(&format!("(W = {w}ms)")), "{}", o.stderr);
+    assert_eq!(
+        rows(&out),
+        rows(&plain),
+        "the resumed run emits what one run does"
+    );
+    assert!(!rows(&out).is_empty());
+
+    let texts: Vec<String> = bin::report(&rep)
+        .iter()
+        .map(|l| {
+            l["watermark_text"]
+                .as_str()
+                .expect("watermark_text")
+                .to_string()
+        })
+        .collect();
+    let want: Vec<String> = [
+        "-7000ms".to_string(),
+        "-1000ms".to_string(),
+        "9999-12-31T23:59:57.999Z".to_string(),
+        format!("{w}ms"),
+        format!("{}ms", i64::MAX - 22_000),
+        "+inf".to_string(),
+    ]
+    .to_vec();
+    assert_eq!(texts, want, "each trigger's W, in order");
+}
+
 #[test]
 fn inspect_reads_only_and_marks_broken_epochs_and_the_lease() {
     let dir = tempfile::tempdir().expect("tempdir");
