@@ -85,14 +85,43 @@ fn rank_bound(e: &Expr, c: &Column) -> Option<usize> {
     if col != c {
         return None;
     }
-    let v = match lit.cast_to(&DataType::Int64).ok()? {
-        ScalarValue::Int64(Some(v)) => v,
-        _ => return None,
-    };
-    let n = match op {
-        Operator::LtEq | Operator::Eq => v,
-        Operator::Lt => v.checked_sub(1)?,
-        _ => return None,
+    let n = match lit.data_type() {
+        // a fractional bound keeps the whole ranks on its side of it: `rn <
+        // 2.5` keeps ranks 1 and 2 (the number is compared as a float, not
+        // cut to an integer first)
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+            let ScalarValue::Float64(Some(x)) = lit.cast_to(&DataType::Float64).ok()? else {
+                return None;
+            };
+            let n = match op {
+                Operator::LtEq => x.floor(),
+                Operator::Lt => x.ceil() - 1.0,
+                Operator::Eq if x.fract() == 0.0 => x,
+                _ => return None,
+            };
+            // (NaN, infinities and bounds past i64 rank nothing out: not a
+            // top-rows query)
+            match n >= 1.0 && n < i64::MAX as f64 {
+                true => n as i64,
+                false => return None,
+            }
+        }
+        // (a decimal bound is not one: its value is not exact as a float)
+        DataType::Decimal32(..)
+        | DataType::Decimal64(..)
+        | DataType::Decimal128(..)
+        | DataType::Decimal256(..) => return None,
+        _ => {
+            let v = match lit.cast_to(&DataType::Int64).ok()? {
+                ScalarValue::Int64(Some(v)) => v,
+                _ => return None,
+            };
+            match op {
+                Operator::LtEq | Operator::Eq => v,
+                Operator::Lt => v.checked_sub(1)?,
+                _ => return None,
+            }
+        }
     };
     usize::try_from(n).ok().filter(|n| *n >= 1)
 }
