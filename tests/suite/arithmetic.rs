@@ -190,6 +190,91 @@ fn an_integer_sum_overflow_is_the_same_error_on_both_paths() {
     assert_eq!(overflow_fields(&rec), want);
 }
 
+/// Where a trigger closes one window whose sum overflows and changes an open
+/// one whose sum overflows too, both paths name the first by start (the
+/// closing one) in every output mode: in Update mode both named the open
+/// window (changed windows were evaluated before closing ones), and in
+/// Complete mode the recompute path did.
+#[test]
+fn an_overflow_names_the_first_window_by_start_in_every_mode() {
+    let big = i64::MAX / 2 + 1;
+    // one trigger, W = 3 500 - 2 000 = 1 500: [0, 1000) closes, [2000, 3000)
+    // stays open, both hold two halves of i64::MAX (a key and the other source
+    // for the join)
+    let t = ints(
+        &[1, 1, 1, 1, 1],
+        &[Some(big), Some(big), Some(big), Some(big), Some(0)],
+        &[500, 600, 2_500, 2_600, 3_500],
+    );
+    let u = ints(&[1, 1, 1], &[None, None, None], &[700, 2_700, 3_400]);
+    let queries = [
+        ("SELECT k, SUM(x) AS s FROM t GROUP BY k", "SUM(t.x)"),
+        ("SELECT SUM(x) AS s FROM t", "SUM(t.x)"),
+        (
+            "SELECT k, SUM(x) AS s FROM t GROUP BY k ORDER BY s DESC LIMIT 1",
+            "SUM(t.x)",
+        ),
+        (
+            "SELECT t.k, SUM(t.x) AS s FROM t JOIN u ON t.k = u.k GROUP BY t.k",
+            "SUM(t.x)",
+        ),
+        (
+            "SELECT SUM(t.x) AS s FROM t JOIN u ON t.k = u.k",
+            "SUM(t.x)",
+        ),
+    ];
+    let windows = [
+        WindowSpec::tumbling(Duration::from_secs(1)),
+        WindowSpec::hopping(Duration::from_secs(1), Duration::from_millis(500)),
+    ];
+    for (sql, named) in queries {
+        for window in &windows {
+            for out in [OutputMode::Append, OutputMode::Update, OutputMode::Complete] {
+                let run = |mode: ExecMode| -> Result<(), Error> {
+                    let mut e = Engine::builder().build()?;
+                    let mut spec = ViewSpec::builder("v", sql)
+                        .window(window.clone())
+                        .allowed_lateness(Duration::from_secs(2))
+                        .source("t", "ts", t.schema())
+                        .output(out)
+                        .mode(mode);
+                    if sql.contains("JOIN") {
+                        spec = spec.source("u", "ts", u.schema());
+                    }
+                    e.create_view(spec.build()?)?;
+                    if mode == ExecMode::Auto {
+                        assert_eq!(e.plan("v")?.path(), thund::PathKind::Incremental, "{sql}");
+                    }
+                    e.push("t", t.clone())?;
+                    if sql.contains("JOIN") {
+                        e.push("u", u.clone())?;
+                    }
+                    e.trigger()?;
+                    e.finish()?;
+                    Ok(())
+                };
+                // of the windows holding rows, [0, 1000) is the first (by
+                // start) whose sum does not fit, and it closes at this trigger
+                let want = (
+                    "v".to_string(),
+                    named.to_string(),
+                    "Int64".to_string(),
+                    0,
+                    1000,
+                );
+                for mode in [ExecMode::Auto, ExecMode::Recompute] {
+                    let got = run(mode).map(|()| Vec::new());
+                    assert_eq!(
+                        overflow_fields(&got),
+                        want,
+                        "{sql}, {window:?}, {out:?}, {mode:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn extremes_of_uint64_and_int64_are_values_not_overflows() {
     let s = schema(DataType::UInt64);

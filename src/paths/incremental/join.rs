@@ -893,6 +893,13 @@ impl ViewRuntime for JoinView {
                 }
             }
             OutputMode::Update => {
+                // the closing windows evaluated first: each starts before
+                // every open one, so an error names the first window by
+                // start that fails (emitted after the open ones' changes)
+                let mut done = Vec::with_capacity(closing.len());
+                for win in &closing {
+                    done.push(self.eval_window(*win)?);
+                }
                 let dirty: Vec<Window> = self.dirty.iter().copied().filter(|x| x.end > w).collect();
                 for win in dirty {
                     let res = self.eval_window(win)?;
@@ -901,8 +908,7 @@ impl ViewRuntime for JoinView {
                     self.shown.insert(win, res);
                 }
                 self.dirty.clear();
-                for win in &closing {
-                    let res = self.eval_window(*win)?;
+                for (win, res) in closing.iter().zip(done) {
                     out.batches.push(self.bounded(*win, &res, Some(true))?);
                     self.close(win);
                 }

@@ -418,6 +418,7 @@ impl ViewRuntime for IncrementalView {
                 }
                 let mut windows: Vec<Window> = step.changed.iter().map(|u| u.window).collect();
                 windows.dedup();
+                let done = self.render(&closed, Some(true))?;
                 // each changed window's open groups, rendered where they are kept
                 let open: Vec<_> = windows
                     .iter()
@@ -430,9 +431,14 @@ impl ViewRuntime for IncrementalView {
                 for w in &closed_windows {
                     self.shown.close(w);
                 }
-                out.batches.push(self.render(&closed, Some(true))?);
+                out.batches.push(done);
             }
             OutputMode::Update => {
+                // the closing windows rendered first: each starts before
+                // every open one (of a tumbling or hopping window), so an
+                // error names the first window by start that fails, as in
+                // Append and Complete modes and on the recompute path
+                let done = self.render(&closed, Some(true))?;
                 // only groups whose projected row changed (the rule both paths follow)
                 let (changed, groups): (Vec<&Update>, Vec<(Window, u64)>) = match distinct {
                     true => merged_changed
@@ -446,7 +452,7 @@ impl ViewRuntime for IncrementalView {
                 for w in &closed_windows {
                     self.shown.close(w);
                 }
-                out.batches.push(self.render(&closed, Some(true))?);
+                out.batches.push(done);
             }
             OutputMode::Complete => {
                 if !distinct {

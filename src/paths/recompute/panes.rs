@@ -111,6 +111,24 @@ impl PaneWindows {
         let dirty = std::mem::take(&mut self.dirty);
         let is_dirty = |k: &Key| dirty.binary_search(k).is_ok();
         let closes = |k: &Key| w.is_some_and(|w| k.0 <= w);
+        // windows that close, evaluated first: each starts before every open
+        // window, so an error names the first window by start that fails, as
+        // on the incremental path (a current result is kept: see below)
+        let closing: Vec<Key> = self
+            .live
+            .keys()
+            .take_while(|k| closes(k))
+            .copied()
+            .collect();
+        let mut results = Vec::with_capacity(closing.len());
+        for k in &closing {
+            results.push(match self.live.get(k) {
+                Some(Some(r)) if emit.mode != OutputMode::Append && !is_dirty(k) => r.clone(),
+                _ => emit
+                    .eval
+                    .eval(window_rows(&self.panes, *k, n), Some(window(*k)))?,
+            });
+        }
         // open windows this trigger changed, or without a result yet (after a restore)
         if emit.mode != OutputMode::Append {
             let todo: Vec<Key> = self
@@ -129,20 +147,9 @@ impl PaneWindows {
                 }
             }
         }
-        // windows that close; Update/Complete evaluated dirty open windows above, so a cache is current
-        let closing: Vec<Key> = self
-            .live
-            .keys()
-            .take_while(|k| closes(k))
-            .copied()
-            .collect();
-        for k in closing {
-            let res = match self.live.remove(&k).flatten() {
-                Some(r) if emit.mode != OutputMode::Append && !is_dirty(&k) => r,
-                _ => emit
-                    .eval
-                    .eval(window_rows(&self.panes, k, n), Some(window(k)))?,
-            };
+        // (emitted after the open windows' changes, as they always were)
+        for (k, res) in closing.into_iter().zip(results) {
+            self.live.remove(&k);
             emit.close(&mut out, window(k), &res)?;
         }
         if let Some(w) = w {
