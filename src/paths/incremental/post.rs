@@ -953,8 +953,15 @@ impl IncrementalView {
         // the window's range is cut out whole, not removed key by key
         let mut from_w = self.open.split_off(&(w, 0));
         let mut after = from_w.split_off(&(w, u64::MAX));
-        after.remove(&(w, u64::MAX));
+        if let Some(last) = after.remove(&(w, u64::MAX)) {
+            self.dataflow.recycle(last);
+        }
         self.open.append(&mut after);
+        // their state vectors go back to the workers, as those of groups
+        // replaced in a step do, not freed one by one here
+        for states in from_w.into_values() {
+            self.dataflow.recycle(states);
+        }
         result
     }
 
