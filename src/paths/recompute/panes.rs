@@ -113,7 +113,8 @@ impl PaneWindows {
         let closes = |k: &Key| w.is_some_and(|w| k.0 <= w);
         // windows that close, evaluated first: each starts before every open
         // window, so an error names the first window by start that fails, as
-        // on the incremental path (a current result is kept: see below)
+        // on the incremental path (in Update and Complete modes a window this
+        // trigger did not change keeps the result it has)
         let closing: Vec<Key> = self
             .live
             .keys()
