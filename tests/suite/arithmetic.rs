@@ -222,6 +222,11 @@ fn an_overflow_names_the_first_window_by_start_in_every_mode() {
             "SELECT SUM(t.x) AS s FROM t JOIN u ON t.k = u.k",
             "SUM(t.x)",
         ),
+        // an aggregate of the window's groups (Nexmark q4's outer AVG)
+        (
+            "SELECT COUNT(*) AS n, MAX(q.s) AS m FROM (SELECT k, SUM(x) AS s FROM t GROUP BY k) AS q",
+            "SUM(t.x)",
+        ),
     ];
     let windows = [
         WindowSpec::tumbling(Duration::from_secs(1)),

@@ -1040,7 +1040,24 @@ impl IncrementalView {
                 }
             }
             OutputMode::Update => {
-                if let Some(parts) = parts.as_deref_mut() {
+                // the closing windows evaluated first: each starts before
+                // every open one, so an error names the first window by
+                // start that fails, as the recompute path does (their rows
+                // are emitted after the open windows' changes)
+                let mut done = Vec::with_capacity(closed.len());
+                for (w, groups) in &closed {
+                    // by partition: the result kept, where it is
+                    let kept = match parts.as_deref_mut() {
+                        Some(parts) => self.close_kept(post, parts, *w, groups)?,
+                        None => None,
+                    };
+                    let res = match kept {
+                        Some(res) => res,
+                        None => self.post_eval(post, *w, groups)?,
+                    };
+                    done.push((*w, res));
+                }
+                if let Some(parts) = parts {
                     for (w, touched, keys, old) in before {
                         let new = open_of(&self.open, w, &keys);
                         let wp = parts.windows.entry(w).or_default();
@@ -1073,21 +1090,12 @@ impl IncrementalView {
                         post.shown.insert(w, res);
                     }
                 }
-                for (w, groups) in &closed {
-                    // by partition: the result kept, where it is
-                    let kept = match parts.as_deref_mut() {
-                        Some(parts) => self.close_kept(post, parts, *w, groups)?,
-                        None => None,
-                    };
-                    let res = match kept {
-                        Some(res) => res,
-                        None => self.post_eval(post, *w, groups)?,
-                    };
-                    out.batches.push(self.post_rows(*w, &res, Some(true))?);
-                    post.shown.remove(w);
-                    post.holders.remove(w);
+                for (w, res) in done {
+                    out.batches.push(self.post_rows(w, &res, Some(true))?);
+                    post.shown.remove(&w);
+                    post.holders.remove(&w);
                     if let Some(outer) = post.outer.as_mut() {
-                        outer.close(w);
+                        outer.close(&w);
                     }
                 }
             }
