@@ -208,8 +208,9 @@ fn read_each_from_table(
     Some((table, rest))
 }
 
-/// `plan` with every occurrence of `node` replaced by [`replacement_for`]
-/// it: the table (to fill per window) and the plan over it.
+/// `plan` with every occurrence of `node` replaced by a scan of one table of
+/// its rows ([`read_each_from_table`] with plain equality): the table (to
+/// fill per window) and the plan over it.
 pub(super) fn read_from_table(
     plan: &LogicalPlan,
     node: &LogicalPlan,
