@@ -260,6 +260,14 @@ fn malformed_ddl_names_the_statement_and_the_token() {
             (2, 18),
             &["reads no declared source", "declared before it: bids"],
         ),
+        // a literal no row can cast to its column's type: refused at its
+        // statement (the view would fail at its first trigger with rows)
+        (
+            &format!("{good_source}CREATE VIEW v AS SELECT COUNT(*) AS c \
+                 FROM TUMBLE(bids, ts, INTERVAL '1' SECOND) WHERE auction <> 'a;b'"),
+            (2, 18),
+            &["invalid SQL in view `v`", "Cannot cast string 'a;b'"],
+        ),
         // a query that does not parse says so (it named no source before):
         // a `PARTITION BY` of no column
         (
