@@ -84,7 +84,12 @@ impl JoinState {
             heads: FxHashMap::with_capacity_and_hasher(keys, Default::default()),
             rows: Vec::with_capacity(rows),
         });
-        let heads = *w.heads.get(&key).unwrap_or(&[NONE, NONE]);
+        // the key's heads found once: read, then moved to the new row
+        let at = w.rows.len();
+        let slot = w.heads.entry(key).or_insert([NONE, NONE]);
+        let heads = *slot;
+        slot[side] = at;
+        w.rows.push((row, n, heads[side]));
         for (o, m) in w.list(heads[1 - side]) {
             let (left, right) = if side == 0 { (row, o) } else { (o, row) };
             self.pairs.push(Pair {
@@ -94,11 +99,6 @@ impl JoinState {
                 count: n.saturating_mul(m),
             });
         }
-        let at = w.rows.len();
-        w.rows.push((row, n, heads[side]));
-        let mut new = heads;
-        new[side] = at;
-        w.heads.insert(key, new);
         self.rows += 1;
     }
 

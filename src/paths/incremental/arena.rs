@@ -91,20 +91,32 @@ impl ColumnArena {
         let mut slot: FxHashMap<u32, usize> = FxHashMap::default();
         let mut chunks: Vec<&Vec<ArrayRef>> = Vec::new();
         let mut at = Vec::with_capacity(ids.len());
+        // the chunk of the id before, its slot and rows: ids come in runs of
+        // one chunk, so most are placed without a lookup or a call through
+        // `dyn Array` for the chunk's length
+        let mut last: Option<(u32, usize, usize)> = None;
         for &id in ids {
             let (no, i) = split(id);
-            let k = match slot.get(&no) {
-                Some(&k) => k,
-                None => {
-                    let Some(chunk) = self.chunks.get(&no) else {
-                        return Ok(None);
+            let (k, len) = match last {
+                Some((n, k, len)) if n == no => (k, len),
+                _ => {
+                    let k = match slot.get(&no) {
+                        Some(&k) => k,
+                        None => {
+                            let Some(chunk) = self.chunks.get(&no) else {
+                                return Ok(None);
+                            };
+                            chunks.push(chunk);
+                            slot.insert(no, chunks.len() - 1);
+                            chunks.len() - 1
+                        }
                     };
-                    chunks.push(chunk);
-                    slot.insert(no, chunks.len() - 1);
-                    chunks.len() - 1
+                    let len = chunks[k].first().map_or(usize::MAX, |c| c.len());
+                    last = Some((no, k, len));
+                    (k, len)
                 }
             };
-            if chunks[k].first().is_some_and(|c| i >= c.len()) {
+            if i >= len {
                 return Ok(None);
             }
             at.push((k, i));

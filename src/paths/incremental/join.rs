@@ -388,8 +388,14 @@ impl JoinView {
         // windows closes: by that expiry
         let mut by_expiry: BTreeMap<EventTime, Vec<u32>> = BTreeMap::new();
         let mut run = None;
+        // the key columns that hold a NULL (none, mostly: no row is then
+        // asked through `dyn Array`)
+        let nullable: Vec<&ArrayRef> = match self.plan.nulls_meet {
+            true => Vec::new(),
+            false => key_cols.iter().filter(|c| c.null_count() > 0).collect(),
+        };
         for i in 0..n {
-            if !self.plan.nulls_meet && key_cols.iter().any(|c| c.is_null(i)) {
+            if nullable.iter().any(|c| c.is_null(i)) {
                 continue;
             }
             let t = times.value(i);
@@ -576,15 +582,20 @@ impl JoinView {
             "a step's join output",
             pairs.iter().map(|p| p.count),
         )?;
-        let copies = |p: &Pair| std::iter::repeat_n(*p, p.count.max(0) as usize);
-        // (the copies' iterators cannot tell their length: the vectors are
-        // sized first, not grown row by row)
-        let mut ids = (Vec::with_capacity(total), Vec::with_capacity(total));
-        ids.extend(pairs.iter().flat_map(copies).map(|p| (p.left, p.right)));
-        let (kept, n) = self.decode_kept(ids)?;
-        let batch = self.assemble(kept.clone(), n)?;
+        // each pair as many times as it counts, in one pass over the pairs
+        // into vectors sized first (the copies' iterators cannot tell their
+        // length, and an iterator of copies costs more than a loop of pushes)
+        let (mut left, mut right) = (Vec::with_capacity(total), Vec::with_capacity(total));
         let mut starts = Vec::with_capacity(total);
-        starts.extend(pairs.iter().flat_map(copies).map(|p| p.window.start));
+        for p in pairs {
+            for _ in 0..p.count.max(0) {
+                left.push(p.left);
+                right.push(p.right);
+                starts.push(p.window.start);
+            }
+        }
+        let (kept, n) = self.decode_kept((left, right))?;
+        let batch = self.assemble(kept.clone(), n)?;
         let times = Int64Array::from(starts);
         let (batch, times) = match self.pair_mask(&batch)? {
             None => (batch, times),
