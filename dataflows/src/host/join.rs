@@ -194,6 +194,9 @@ impl WindowedJoin {
         for p in self.pending.iter_mut().flatten() {
             p.reserve(share);
         }
+        // the window of the row before (rows come in runs of one window):
+        // the set of open windows is searched once per run, not per row
+        let mut last: Option<Window> = None;
         for r in rows {
             let key = (r.window, r.key);
             // each worker holds the keys of its hash: send each row to its owner
@@ -203,7 +206,10 @@ impl WindowedJoin {
                 (key.hashed() % n) as usize
             };
             self.pending[owner][r.side.index()].push(((key, r.row), r.count));
-            self.open.insert(r.window);
+            if last != Some(r.window) {
+                self.open.insert(r.window);
+                last = Some(r.window);
+            }
         }
         Ok(())
     }

@@ -27,7 +27,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch};
-use arrow::compute::{concat_batches, filter, filter_record_batch, prep_null_mask_filter};
+use arrow::compute::{
+    concat_batches, filter, filter_record_batch, prep_null_mask_filter, FilterBuilder,
+};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::datasource::TableProvider;
@@ -599,18 +601,19 @@ impl JoinView {
         let times = Int64Array::from(starts);
         let (batch, times) = match self.pair_mask(&batch)? {
             None => (batch, times),
+            // every pair kept: nothing to filter
+            Some(mask) if mask.true_count() == n => (batch, times),
             Some(mask) => {
                 // the decoded columns filtered, the others filled in again
-                // (filtering a column of NULLs costs as much as a real one)
+                // (filtering a column of NULLs costs as much as a real one),
+                // by one predicate prepared once for all the columns
+                let pred = FilterBuilder::new(&mask).optimize().build();
                 let [l, r] = kept;
                 let pick = |cols: Vec<ArrayRef>| -> Result<Vec<ArrayRef>> {
-                    cols.iter()
-                        .map(|c| Ok(filter(c.as_ref(), &mask)?))
-                        .collect()
+                    cols.iter().map(|c| Ok(pred.filter(c.as_ref())?)).collect()
                 };
-                let m = mask.true_count();
-                let batch = self.assemble([pick(l)?, pick(r)?], m)?;
-                (batch, filter(&times, &mask)?.as_primitive().clone())
+                let batch = self.assemble([pick(l)?, pick(r)?], pred.count())?;
+                (batch, pred.filter(&times)?.as_primitive().clone())
             }
         };
         Ok(vec![OnTime {
