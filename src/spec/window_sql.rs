@@ -161,6 +161,22 @@ struct Declared {
     partition: Option<Vec<String>>,
 }
 
+/// Whether two declared windows of one kind start at the same times: an
+/// offset shifts tumbling windows modulo their size and hopping ones modulo
+/// their slide (as `TimeWindows` reads it), so `INTERVAL '2300' MILLISECOND`
+/// and `'300'` over windows every second are one window.
+fn same_grid(a: &Declared, b: &Declared) -> bool {
+    let every = match &a.kind {
+        WindowKind::Tumbling { size } => size.as_millis(),
+        WindowKind::Hopping { slide, .. } => slide.as_millis(),
+        WindowKind::Session { .. } => 0,
+    };
+    match every {
+        0 => a.offset == b.offset,
+        n => a.offset.as_millis() % n == b.offset.as_millis() % n,
+    }
+}
+
 /// The window functions, upper-case.
 const FUNCTIONS: [&str; 3] = ["TUMBLE", "HOP", "SESSION"];
 
@@ -207,7 +223,7 @@ pub(crate) fn lower(spec: &ViewSpec) -> Result<Option<Lowered>> {
     if let Some(other) = r
         .declared
         .iter()
-        .find(|d| d.kind != first.kind || d.time != first.time || d.offset != first.offset)
+        .find(|d| d.kind != first.kind || d.time != first.time || !same_grid(d, &first))
     {
         return Err(Error::spec(
             view,

@@ -902,6 +902,46 @@ fn an_offset_argument_equals_the_spec_offset() {
     }
 }
 
+/// Two window calls whose offsets differ by whole sizes (tumbling) or
+/// slides (hopping) declare the same windows: the query is read as one
+/// window, the rows those of the same query with equal offsets, on both
+/// paths; offsets that differ otherwise are still two windows.
+#[test]
+fn offsets_equal_modulo_the_grid_are_one_window() {
+    let q7 = |a: &str, b: &str| {
+        format!(
+            "SELECT window_start, window_end, k, v FROM {a} \
+             WHERE v = (SELECT MAX(v) FROM {b})"
+        )
+    };
+    let tumble =
+        |off: u32| format!("TUMBLE(t, ts, INTERVAL '2' SECOND, INTERVAL '{off}' MILLISECOND)");
+    let hop = |off: u32| {
+        format!(
+            "HOP(t, ts, INTERVAL '1' SECOND, INTERVAL '3' SECOND, INTERVAL '{off}' MILLISECOND)"
+        )
+    };
+    for (a, b, same) in [
+        (tumble(500), tumble(2_500), tumble(500)),
+        (hop(300), hop(2_300), hop(300)),
+    ] {
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let want = rows_on(&q7(&same, &same), None, exec);
+            assert!(want.len() > 3, "{a}: several windows close: {want:?}");
+            assert_eq!(
+                rows_on(&q7(&a, &b), None, exec),
+                want,
+                "{a} / {b} on {exec:?}"
+            );
+        }
+    }
+    let err = ViewSpec::builder("v", &q7(&hop(300), &hop(400)))
+        .source("t", "ts", common::schema())
+        .build()
+        .expect_err("two windows");
+    assert!(err.to_string().contains("two different windows"), "{err}");
+}
+
 /// `date_bin`'s origin (PostgreSQL requires one) aligns its bins as the
 /// offset does: the origin's time modulo the size, however the origin is
 /// written, before or after the epoch; a select-list `date_bin` of another
