@@ -599,15 +599,17 @@ impl JoinView {
         let (kept, n) = self.decode_kept((left, right))?;
         let batch = self.assemble(kept.clone(), n)?;
         let times = Int64Array::from(starts);
-        let (batch, times) = match self.pair_mask(&batch)? {
+        // one predicate, its bits counted and prepared once for all the columns
+        let pred = self
+            .pair_mask(&batch)?
+            .map(|mask| FilterBuilder::new(&mask).optimize().build());
+        let (batch, times) = match pred {
+            // no condition, or every pair kept: nothing to filter
             None => (batch, times),
-            // every pair kept: nothing to filter
-            Some(mask) if mask.true_count() == n => (batch, times),
-            Some(mask) => {
+            Some(pred) if pred.count() == n => (batch, times),
+            Some(pred) => {
                 // the decoded columns filtered, the others filled in again
-                // (filtering a column of NULLs costs as much as a real one),
-                // by one predicate prepared once for all the columns
-                let pred = FilterBuilder::new(&mask).optimize().build();
+                // (filtering a column of NULLs costs as much as a real one)
                 let [l, r] = kept;
                 let pick = |cols: Vec<ArrayRef>| -> Result<Vec<ArrayRef>> {
                     cols.iter().map(|c| Ok(pred.filter(c.as_ref())?)).collect()
