@@ -137,7 +137,7 @@ pub(crate) fn numbers_below(mut seed: u64) -> impl FnMut(u64) -> u64 {
 }
 
 pub use error::{Error, Result};
-pub use host::cluster::Cluster;
+pub use host::cluster::{Cluster, MAX_WORKERS};
 pub use host::handle::{ArrangementSize, Config, PendingSnapshot, Step, WindowedAggregate};
 pub use host::join::{JoinRow, JoinStep, Side, WindowedJoin};
 pub use state::agg::{AggKind, AggState, Update, Value};

@@ -82,6 +82,17 @@ fn at_least_one(s: &str) -> std::result::Result<usize, String> {
     }
 }
 
+/// `--workers`: a count from 1 to [`thund_dataflows::MAX_WORKERS`].
+fn worker_count(s: &str) -> std::result::Result<usize, String> {
+    let max = thund_dataflows::MAX_WORKERS;
+    match at_least_one(s)? {
+        n if n > max => Err(format!(
+            "at most {max} (each worker is a thread of this process)"
+        )),
+        n => Ok(n),
+    }
+}
+
 /// Þund: incremental SQL views over event streams.
 #[derive(Parser, Debug)]
 #[command(name = "thund", version, about)]
@@ -235,6 +246,13 @@ pub struct RunArgs {
     /// refused ones included.
     #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
     pub rows_per_trigger: usize,
+    /// Timely workers of the incremental path (1 to 256): one runs on the
+    /// trigger thread, N >= 2 on N threads of their own, the keys split
+    /// between them. The rows are the same for every number (their order
+    /// within a trigger is not), and a state root written with one number
+    /// resumes with another.
+    #[arg(long, default_value_t = 1, value_parser = worker_count)]
+    pub workers: usize,
     /// Where emitted rows go: a .csv or .parquet file, or `-` for CSV on stdout.
     #[arg(long)]
     pub output: Option<PathBuf>,

@@ -369,7 +369,9 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
     let view = spec.name.clone();
 
     // 2. the engine, the view, and what a checkpoint committed
-    let mut builder = Engine::builder().force_takeover(a.takeover);
+    let mut builder = Engine::builder()
+        .workers(a.workers)
+        .force_takeover(a.takeover);
     if let Some(url) = &a.state_root {
         builder = builder.with_state_root(url);
     }

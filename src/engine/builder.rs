@@ -55,7 +55,8 @@ impl EngineBuilder {
     /// threads); `n >= 2` run on `n` threads of their own. Data is exchanged
     /// between the workers by key, and results do not depend on their number.
     /// With `n >= 2`, large batches are also pre-aggregated on `n` threads, one
-    /// per key shard.
+    /// per key shard. At most [`thund_dataflows::MAX_WORKERS`]: more is an
+    /// error when the first incremental view is created.
     ///
     /// ```
     /// let engine = thund::Engine::builder().workers(2).build()?;

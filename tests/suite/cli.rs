@@ -1014,3 +1014,81 @@ fn a_checkpoint_that_cannot_be_committed_stops_the_run() {
     );
     assert_eq!(rows(&out), rows(&whole));
 }
+
+/// `--workers N` runs the incremental path on N timely workers: the rows
+/// are those of one worker, and a state root written with one number
+/// resumes with another (each restart here takes a different number).
+/// A number outside 1–256 is refused before any file is made.
+#[test]
+fn run_on_several_workers_gives_the_rows_of_one_and_resumes_with_another_number() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sql = write(dir.path(), "p.sql", PIPELINE);
+    let mut csv = String::from("auction,price,ts\n");
+    for i in 0..900i64 {
+        csv.push_str(&format!(
+            "{},{},{}\n",
+            i * 7 % 61,
+            i * 13 % 211,
+            1_000 + i * 97 - (i * 7919 % 1700)
+        ));
+    }
+    let input = write(dir.path(), "bids.csv", &csv);
+    let input_arg = format!("bids={}", input.display());
+    let sql_s = sql.display().to_string();
+    let run = |workers: &str, out: &Path, extra: &[&str]| {
+        let out_s = out.display().to_string();
+        let mut args = vec![
+            "run",
+            "--sql",
+            &sql_s,
+            "--view-name",
+            "bids_per_auction",
+            "--input",
+            &input_arg,
+            "--rows-per-trigger",
+            "40",
+            "--workers",
+            workers,
+            "--output",
+            &out_s,
+        ];
+        args.extend_from_slice(extra);
+        thund().args(&args).output().expect("run thund")
+    };
+    let one = dir.path().join("one.csv");
+    assert!(run("1", &one, &[]).status.success());
+    assert!(rows(&one).len() > 100, "{:?}", rows(&one));
+    let three = dir.path().join("three.csv");
+    let o = run("3", &three, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(rows(&one), rows(&three));
+
+    let root = bin::url(&dir.path().join("state"));
+    let resumed = dir.path().join("resumed.csv");
+    let mut restarts = 0;
+    for workers in ["2", "1", "3", "2", "1", "3"].iter().cycle() {
+        let o = run(
+            workers,
+            &resumed,
+            &["--state-root", &root, "--max-triggers", "4"],
+        );
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{err}");
+        restarts += 1;
+        if err.contains("end of stream") || err.contains("already finished") {
+            break;
+        }
+        assert!(restarts < 40, "the run never ended: {err}");
+    }
+    assert!(restarts > 3, "{restarts} restarts");
+    assert_eq!(rows(&one), rows(&resumed));
+
+    for bad in ["0", "257"] {
+        let never = dir.path().join(format!("never{bad}.csv"));
+        let o = run(bad, &never, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("--workers"), "{err}");
+        assert!(!never.exists());
+    }
+}

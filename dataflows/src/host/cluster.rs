@@ -139,13 +139,21 @@ impl Inline {
     }
 }
 
+/// The most workers a [`Cluster`] starts: each is a thread of the process, and timely's
+/// process allocator gives every pair of them a channel, so their cost grows with the
+/// square of their number.
+pub const MAX_WORKERS: usize = 256;
+
 impl Cluster {
     /// Starts `workers` timely worker threads (`timely::Config::process(workers)`), each
     /// waiting for commands.
     pub fn start(workers: usize) -> Result<Self> {
-        if workers == 0 {
+        if workers == 0 || workers > MAX_WORKERS {
             return Err(Error::InvalidConfig {
-                reason: "workers must be at least 1".to_string(),
+                reason: format!(
+                    "workers must be between 1 and {MAX_WORKERS} (each is a thread of this \
+                     process, and timely links every pair of them), not {workers}"
+                ),
             });
         }
         let mut links = Vec::with_capacity(workers);

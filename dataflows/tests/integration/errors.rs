@@ -266,3 +266,21 @@ fn drops_cleanly_in_every_state() {
     df.advance_to(EventTime::MAX).expect("finish");
     drop(df);
 }
+
+/// A cluster of no workers, or of more than `MAX_WORKERS` (timely links every pair of
+/// them), is refused with an error that names the bounds, without starting a thread.
+#[test]
+fn a_worker_count_outside_its_bounds_is_refused() {
+    for n in [0, thund_dataflows::MAX_WORKERS + 1, usize::MAX] {
+        let e = match thund_dataflows::Cluster::start(n) {
+            Ok(_) => panic!("{n} workers were started"),
+            Err(e) => e,
+        };
+        assert!(
+            matches!(e, Error::InvalidConfig { .. })
+                && e.to_string()
+                    .contains(&format!("between 1 and {}", thund_dataflows::MAX_WORKERS)),
+            "{n}: {e}"
+        );
+    }
+}
