@@ -50,26 +50,90 @@ pub struct Pipeline {
     places: Vec<Place>,
 }
 
-/// A view's statement, and where its query starts.
+/// A view's statement, where its query starts, and the query's tokens.
 #[derive(Clone, Debug)]
 struct Place {
     statement: usize,
     head: String,
     at: Location,
+    query: Vec<TokenWithSpan>,
+}
+
+impl Place {
+    /// Where in the query as written the name `e` is about stands: the
+    /// column DataFusion did not find (or found twice), or the function it
+    /// does not know. The query DataFusion planned may be the lowered one
+    /// (without its window call), so the name is looked up in the written
+    /// tokens: a qualified column where its qualifier precedes it, else its
+    /// first use that is not an alias (`AS name`). `None` when the error
+    /// names nothing, or nothing the query writes.
+    fn named(&self, e: &Error) -> Option<Location> {
+        use datafusion::common::SchemaError;
+        use datafusion::error::DataFusionError;
+        let Error::Sql { source, .. } = e else {
+            return None;
+        };
+        let words = |i: usize| match self.query.get(i).map(|t| &t.token) {
+            Some(Token::Word(w)) => Some(w),
+            _ => None,
+        };
+        let is = |t: Option<&TokenWithSpan>, want: &Token| t.is_some_and(|t| &t.token == want);
+        let uses = |name: &str| -> Vec<usize> {
+            (0..self.query.len())
+                .filter(|&i| {
+                    words(i).is_some_and(|w| ident(w) == name)
+                        && !(i > 0
+                            && words(i - 1).is_some_and(|w| w.value.eq_ignore_ascii_case("AS")))
+                })
+                .collect()
+        };
+        let found = match source.find_root() {
+            DataFusionError::SchemaError(schema, _) => {
+                let (SchemaError::FieldNotFound { field, .. }
+                | SchemaError::AmbiguousReference { field }) = schema.as_ref()
+                else {
+                    return None;
+                };
+                // (a use is qualified when a period precedes it)
+                let all = uses(&field.name);
+                let dot = |i: usize| i >= 2 && is(self.query.get(i - 1), &Token::Period);
+                let best = match &field.relation {
+                    Some(r) => all
+                        .iter()
+                        .find(|&&i| dot(i) && words(i - 2).is_some_and(|w| ident(w) == r.table())),
+                    None => all.iter().find(|&&i| !dot(i)),
+                };
+                best.or(all.first()).copied()
+            }
+            DataFusionError::Plan(m) => {
+                let name = m.strip_prefix("Invalid function '")?.split('\'').next()?;
+                let name = name.to_ascii_lowercase();
+                uses(&name)
+                    .into_iter()
+                    .find(|&i| is(self.query.get(i + 1), &Token::LParen))
+            }
+            _ => None,
+        }?;
+        Some(self.query[found].span.start)
+    }
 }
 
 impl Pipeline {
     /// `e`, an error of the `i`-th view found once the text parsed (its SQL
     /// planned over its sources' columns and types), placed where that
-    /// view's query starts, as a parse error of it would be.
+    /// view's query starts, as a parse error of it would be, or at the
+    /// column or function the error names where the query writes it.
     pub(crate) fn placed(&self, i: usize, e: Error) -> Error {
         match (self.places.get(i), e) {
-            (Some(p), e) if !matches!(e, Error::Ddl { .. }) => Error::Ddl {
-                statement: p.statement,
-                line: p.at.line,
-                column: p.at.column,
-                message: format!("{e} (in statement {}: `{}`)", p.statement, p.head),
-            },
+            (Some(p), e) if !matches!(e, Error::Ddl { .. }) => {
+                let at = p.named(&e).unwrap_or(p.at);
+                Error::Ddl {
+                    statement: p.statement,
+                    line: at.line,
+                    column: at.column,
+                    message: format!("{e} (in statement {}: `{}`)", p.statement, p.head),
+                }
+            }
             (_, e) => e,
         }
     }
@@ -607,7 +671,7 @@ fn view(
     c: &mut Cursor<'_, '_>,
     name: String,
     sources: &[(SourceSpec, WatermarkSpec)],
-) -> Result<(ViewSpec, Location)> {
+) -> Result<(ViewSpec, Location, Vec<TokenWithSpan>)> {
     let stmt = c.stmt;
     let mut output = OutputMode::Append;
     let mut mode = ExecMode::Auto;
@@ -750,7 +814,10 @@ fn view(
                 .unwrap_or_else(|| std::sync::Arc::new(Schema::empty())),
         );
     }
-    b.build().map(|v| (v, at)).map_err(|e| err(stmt, at, e))
+    let query = stmt.tokens[c.at..].to_vec();
+    b.build()
+        .map(|v| (v, at, query))
+        .map_err(|e| err(stmt, at, e))
 }
 
 /// Refuses `name` for the object `stmt` declares when an object of the other
@@ -860,12 +927,13 @@ pub fn parse(text: &str) -> Result<Pipeline> {
                 "source",
                 p.sources.iter().map(|(s, _)| s.name.as_str()),
             )?;
-            let (v, at) = view(&mut c, name, &p.sources)?;
+            let (v, at, query) = view(&mut c, name, &p.sources)?;
             p.views.push(v);
             p.places.push(Place {
                 statement: stmt.number,
                 head: stmt.head(),
                 at,
+                query,
             });
         } else {
             let found = c.describe();

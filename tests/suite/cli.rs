@@ -867,8 +867,9 @@ fn run_takes_a_sql_pipeline_and_equals_the_toml_view() {
         "{err}"
     );
     // so does what the engine refuses once the text parsed (a column the
-    // query reads that its source does not declare), showing the query as
-    // written; a view that --view-name leaves out is not checked
+    // query reads that its source does not declare, placed at the column),
+    // showing the query as written; a view that --view-name leaves out is
+    // not checked
     let unknown = PIPELINE.replace("SUM(price)", "SUM(cost)");
     let bad = write(dir.path(), "unknown.sql", &unknown);
     let bad_s = bad.display().to_string();
@@ -889,7 +890,7 @@ fn run_takes_a_sql_pipeline_and_equals_the_toml_view() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             !out.status.success()
-                && err.contains("unknown.sql: invalid DDL at line 5, column 3")
+                && err.contains("unknown.sql: invalid DDL at line 5, column 67")
                 && err.contains("No field named cost")
                 && err
                     .contains("SUM(cost) AS volume\n  FROM TUMBLE(bids, ts, INTERVAL '10' SECOND)")

@@ -340,20 +340,48 @@ fn malformed_ddl_names_the_statement_and_the_token() {
             (1, 32),
             &["the column is Float64"],
         ),
-        // what the engine refuses once the text parsed is placed at the
-        // view's query too: a column its source does not declare (the query
-        // shown as written), a window a DATE column cannot bound (the call named)
+        // what the engine refuses once the text parsed is placed in the
+        // view's query too: a column its source does not declare, at the
+        // column (the query shown as written); a column of a join found
+        // twice, at its unqualified use; a qualified column, at its use with
+        // that qualifier (the alias `price` is not it); a function DataFusion
+        // does not know, at the call; a window a DATE column cannot bound,
+        // at the query (the call named)
         (
             &format!(
                 "{good_source}CREATE VIEW v WITH (output = 'update') AS\n  SELECT SUM(price) AS s \
                  FROM TUMBLE(bids, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end"
             ),
-            (3, 3),
+            (3, 14),
             &[
                 "statement 2",
                 "No field named price",
                 "SQL: SELECT SUM(price) AS s FROM TUMBLE(bids, ts, INTERVAL '10' SECOND)",
             ],
+        ),
+        (
+            &format!(
+                "{good_source}CREATE VIEW v WITH (output = 'update') AS SELECT a.auction AS price\n\
+                 FROM bids a JOIN bids b ON a.auction = b.auction\n  WHERE b.ts > 1 AND Auction > 2"
+            ),
+            (4, 22),
+            &["Ambiguous reference to unqualified field auction"],
+        ),
+        (
+            &format!(
+                "{good_source}CREATE VIEW v WITH (output = 'update') AS SELECT a.auction AS price\n\
+                 FROM bids a JOIN bids b ON a.auction = b.auction\n  WHERE a.ts > 1 AND b.price > 2"
+            ),
+            (4, 24),
+            &["No field named b.price"],
+        ),
+        (
+            &format!(
+                "{good_source}CREATE VIEW v WITH (output = 'update') AS\n  SELECT auction, \
+                 SUMM(auction) AS s FROM bids GROUP BY auction"
+            ),
+            (3, 19),
+            &["Invalid function 'summ'"],
         ),
         (
             "CREATE SOURCE days (d DATE, WATERMARK FOR d AS d);\n\
