@@ -126,12 +126,13 @@ impl Pipeline {
     pub(crate) fn placed(&self, i: usize, e: Error) -> Error {
         match (self.places.get(i), e) {
             (Some(p), e) if !matches!(e, Error::Ddl { .. }) => {
-                let at = p.named(&e).unwrap_or(p.at);
+                let (message, called) = relocated(&e.to_string(), p.at);
+                let at = p.named(&e).or(called).unwrap_or(p.at);
                 Error::Ddl {
                     statement: p.statement,
                     line: at.line,
                     column: at.column,
-                    message: format!("{e} (in statement {}: `{}`)", p.statement, p.head),
+                    message: format!("{message} (in statement {}: `{}`)", p.statement, p.head),
                 }
             }
             (_, e) => e,
@@ -151,6 +152,49 @@ fn err(stmt: &Stmt<'_>, at: Location, message: impl std::fmt::Display) -> Error 
             stmt.head()
         ),
     }
+}
+
+/// `message` with every position counted from a view's query (`(line L,
+/// column C` as the window calls' errors write it, `Line: L, Column: C` as
+/// the SQL parser's do) counted in the text instead, the query starting at
+/// `query`; and the first such position, where the error then points.
+fn relocated(message: &str, query: Location) -> (String, Option<Location>) {
+    let mut out = String::with_capacity(message.len());
+    let mut first = None;
+    let mut rest = message;
+    'scan: while !rest.is_empty() {
+        for (line_word, column_word) in [("(line ", ", column "), ("Line: ", ", Column: ")] {
+            let Some(after) = rest.strip_prefix(line_word) else {
+                continue;
+            };
+            let digits = |t: &str| t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+            let l = digits(after);
+            let Some(after_l) = after[l..].strip_prefix(column_word) else {
+                continue;
+            };
+            let c = digits(after_l);
+            let (Ok(line), Ok(column)) = (after[..l].parse::<u64>(), after_l[..c].parse::<u64>())
+            else {
+                continue;
+            };
+            // (saturating: a message may quote SQL text that only looks like a position)
+            let at = match line {
+                1 => Location::new(
+                    query.line,
+                    query.column.saturating_add(column.saturating_sub(1)),
+                ),
+                _ => Location::new(query.line.saturating_add(line.saturating_sub(1)), column),
+            };
+            first.get_or_insert(at);
+            out.push_str(&format!("{line_word}{}{column_word}{}", at.line, at.column));
+            rest = &after_l[c..];
+            continue 'scan;
+        }
+        let ch = rest.chars().next().unwrap_or_default();
+        out.push(ch);
+        rest = &rest[ch.len_utf8()..];
+    }
+    (out, first)
 }
 
 /// One statement's tokens (no whitespace), with the text they came from.
@@ -754,10 +798,11 @@ fn view(
     }
     // (a query that does not parse reads no source it could name)
     let read = tables_read(&sql).map_err(|e| {
+        let (e, token) = relocated(&e, at);
         err(
             stmt,
-            at,
-            format!("the query does not parse ({e}; counted from the query's start)"),
+            token.unwrap_or(at),
+            format!("the query does not parse ({e})"),
         )
     })?;
     let mine: Vec<&(SourceSpec, WatermarkSpec)> = sources
@@ -815,9 +860,10 @@ fn view(
         );
     }
     let query = stmt.tokens[c.at..].to_vec();
-    b.build()
-        .map(|v| (v, at, query))
-        .map_err(|e| err(stmt, at, e))
+    b.build().map(|v| (v, at, query)).map_err(|e| {
+        let (e, call) = relocated(&e.to_string(), at);
+        err(stmt, call.unwrap_or(at), e)
+    })
 }
 
 /// Refuses `name` for the object `stmt` declares when an object of the other
@@ -951,4 +997,31 @@ pub fn parse(text: &str) -> Result<Pipeline> {
         });
     }
     Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Positions counted from a query starting at line 4, column 10: on its
+    /// first line the columns shift, on later ones the lines; text that only
+    /// looks like a position, and multi-byte text, pass unchanged.
+    #[test]
+    fn positions_in_a_query_are_counted_in_the_text() {
+        let (m, first) = relocated(
+            "a (line 1, column 5) ü (line 3, column 2) Line: 2, Column: 7 (line x, column 1) \
+             (line 1, column) (line 1 (line 0, column 0) (line 18446744073709551615, column 1)",
+            Location::new(4, 10),
+        );
+        assert_eq!(
+            m,
+            "a (line 4, column 14) ü (line 6, column 2) Line: 5, Column: 7 (line x, column 1) \
+             (line 1, column) (line 1 (line 4, column 0) (line 18446744073709551615, column 1)"
+        );
+        assert_eq!(first, Some(Location::new(4, 14)));
+        assert_eq!(
+            relocated("none", Location::new(2, 2)),
+            ("none".into(), None)
+        );
+    }
 }

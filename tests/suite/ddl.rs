@@ -268,15 +268,15 @@ fn malformed_ddl_names_the_statement_and_the_token() {
             (2, 18),
             &["invalid SQL in view `v`", "Cannot cast string 'a;b'"],
         ),
-        // a query that does not parse says so (it named no source before):
-        // a `PARTITION BY` of no column
+        // a query that does not parse says so (it named no source before),
+        // at the token in the text: a `PARTITION BY` of no column
         (
             &format!(
                 "{good_source}CREATE VIEW v AS SELECT COUNT(*) AS c \
                  FROM SESSION(TABLE bids PARTITION BY, DESCRIPTOR(ts), INTERVAL '1' SECOND)"
             ),
-            (2, 18),
-            &["the query does not parse", "found: PARTITION", "counted from the query's start"],
+            (2, 63),
+            &["the query does not parse", "found: PARTITION at Line: 2, Column: 63"],
         ),
         // Flink's `PARTITION BY` is read, and must be the GROUP BY keys
         (
@@ -284,8 +284,17 @@ fn malformed_ddl_names_the_statement_and_the_token() {
                 "{good_source}CREATE VIEW v AS SELECT COUNT(*) AS c \
                  FROM SESSION(TABLE bids PARTITION BY auction, DESCRIPTOR(ts), INTERVAL '1' SECOND)"
             ),
-            (2, 18),
-            &["its PARTITION BY (auction) must be the query's other GROUP BY columns (none: group by them)"],
+            (2, 44),
+            &["(line 2, column 44): its PARTITION BY (auction) must be the query's other GROUP BY columns (none: group by them)"],
+        ),
+        // on a later line of the query, at its line and column in the text
+        (
+            &format!(
+                "{good_source}CREATE VIEW v AS\n  SELECT COUNT(*) AS c\n  \
+                 FROM SESSION(TABLE bids PARTITION BY auction, DESCRIPTOR(ts), INTERVAL '1' SECOND)"
+            ),
+            (4, 8),
+            &["(line 4, column 8): its PARTITION BY (auction)"],
         ),
         // a view before its source, as a second text without its sources
         // would be: the source it reads is not declared yet
@@ -387,10 +396,10 @@ fn malformed_ddl_names_the_statement_and_the_token() {
             "CREATE SOURCE days (d DATE, WATERMARK FOR d AS d);\n\
              CREATE VIEW v AS SELECT COUNT(*) AS c FROM TUMBLE(days, d, INTERVAL '1' HOUR) \
              GROUP BY window_start, window_end",
-            (2, 18),
+            (2, 44),
             &[
                 "statement 2",
-                "`TUMBLE(days, d, INTERVAL '1' HOUR)` (line 1, column 27): its size, 1h, is not a \
+                "`TUMBLE(days, d, INTERVAL '1' HOUR)` (line 2, column 44): its size, 1h, is not a \
                  whole number of days",
             ],
         ),
