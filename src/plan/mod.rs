@@ -435,6 +435,10 @@ fn over_one_input(
     query_schema: SchemaRef,
     ctx: &SessionContext,
 ) -> Result<(AggregatePlan, CompiledAggregate), FallbackReason> {
+    // (a filter of group keys over the aggregate also refuses the rows of the
+    // groups it refuses, as on the recompute path)
+    let pushed = post::key_filters_below(logical);
+    let logical = pushed.as_ref().unwrap_or(logical);
     let reason = match shape::shape(logical) {
         Ok(s) => return aggregate::compile(source, &s, windows, bound.clone(), query_schema, ctx),
         Err(reason) => reason,

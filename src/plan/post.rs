@@ -218,3 +218,109 @@ pub(super) fn read_from_table(
 ) -> Option<(Arc<LiveTable>, LogicalPlan)> {
     read_each_from_table(plan, node, |p| p == node, name)
 }
+
+/// `plan` with each conjunct of a filter over the aggregate's rows that
+/// reads only the aggregate's group keys (through aliases and projections:
+/// an outer `WHERE x.k IS NOT NULL`, a `HAVING k > 0`) also applied below
+/// the aggregate, to the rows that form its groups — as DataFusion's
+/// optimizer does on the recompute path. A group such a filter refuses is
+/// then formed on neither path: its sums cannot overflow on one path and
+/// not on the other, and it costs no state. The filter itself stays where
+/// it is (it refuses nothing more). `None` when nothing moves, or when the
+/// plan reads the source through more than one aggregate.
+pub(crate) fn key_filters_below(plan: &LogicalPlan) -> Option<LogicalPlan> {
+    use datafusion::logical_expr::utils::{conjunction, split_conjunction};
+    use datafusion::logical_expr::{Aggregate, Filter};
+    let mut aggregates = 0;
+    plan.apply_with_subqueries(|p| {
+        aggregates += usize::from(matches!(p, LogicalPlan::Aggregate(a) if reads_scan(&a.input)));
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .ok()?;
+    if aggregates != 1 {
+        return None;
+    }
+    // `e`, over `p`'s columns, over the aggregate's input rows, if it reads
+    // only group keys of the aggregate found under `p`
+    fn below(e: Expr, p: &LogicalPlan) -> Option<Expr> {
+        let replaced = |e: Expr, by: &dyn Fn(usize) -> Option<Expr>| -> Option<Expr> {
+            let schema = p.schema();
+            e.transform_up(|x| match x {
+                Expr::Column(c) => match schema.index_of_column(&c).ok().and_then(by) {
+                    Some(r) => Ok(Transformed::yes(r)),
+                    None => Err(DataFusionError::Plan(String::new())),
+                },
+                other => Ok(Transformed::no(other)),
+            })
+            .ok()
+            .map(|t| t.data)
+        };
+        match p {
+            LogicalPlan::SubqueryAlias(s) => {
+                let input = s.input.schema();
+                let e = replaced(e, &|i| {
+                    let (q, f) = input.qualified_field(i);
+                    Some(Expr::Column(Column::new(q.cloned(), f.name())))
+                })?;
+                below(e, &s.input)
+            }
+            LogicalPlan::Projection(pr) => {
+                let e = replaced(e, &|i| pr.expr.get(i).map(|x| x.clone().unalias()))?;
+                below(e, &pr.input)
+            }
+            LogicalPlan::Aggregate(a) if reads_scan(&a.input) => {
+                let keys = &a.group_expr;
+                if keys.iter().any(|k| matches!(k, Expr::GroupingSet(_))) {
+                    return None;
+                }
+                replaced(e, &|i| keys.get(i).map(|k| k.clone().unalias()))
+            }
+            _ => None,
+        }
+    }
+    // the aggregate under `p` (through aliases and projections), its input
+    // filtered by `pushed` as well
+    fn filtered(p: &LogicalPlan, pushed: &Expr) -> Option<LogicalPlan> {
+        let node = match p {
+            LogicalPlan::SubqueryAlias(_) | LogicalPlan::Projection(_) => {
+                let input = filtered(p.inputs()[0], pushed)?;
+                p.with_new_exprs(p.expressions(), vec![input]).ok()?
+            }
+            LogicalPlan::Aggregate(a) => {
+                let input = Filter::try_new(pushed.clone(), Arc::clone(&a.input)).ok()?;
+                LogicalPlan::Aggregate(
+                    Aggregate::try_new(
+                        Arc::new(LogicalPlan::Filter(input)),
+                        a.group_expr.clone(),
+                        a.aggr_expr.clone(),
+                    )
+                    .ok()?,
+                )
+            }
+            _ => return None,
+        };
+        Some(node)
+    }
+    let moved = plan
+        .clone()
+        .transform_up(|node| {
+            let LogicalPlan::Filter(f) = &node else {
+                return Ok(Transformed::no(node));
+            };
+            let pushed: Vec<Expr> = split_conjunction(&f.predicate)
+                .into_iter()
+                .filter(|c| !c.is_volatile() && !super::shape::has_subquery(c))
+                .filter_map(|c| below((*c).clone(), &f.input))
+                .collect();
+            let input = conjunction(pushed).and_then(|p| filtered(&f.input, &p));
+            match input {
+                Some(input) => {
+                    let f = Filter::try_new(f.predicate.clone(), Arc::new(input))?;
+                    Ok(Transformed::yes(LogicalPlan::Filter(f)))
+                }
+                None => Ok(Transformed::no(node)),
+            }
+        })
+        .ok()?;
+    moved.transformed.then_some(moved.data)
+}
