@@ -558,6 +558,34 @@ pub(super) fn interval(view: &str, what: &str, e: &Expr) -> Result<Duration> {
     interval_value(e).map_err(|m| Error::spec(view, format!("{what} ({}): {m}", position(e))))
 }
 
+/// An offset argument: an interval, or a negative one as Flink takes it
+/// (`-INTERVAL '1' MINUTE`, `INTERVAL '-1' MINUTE`): whether it is negative,
+/// and its length.
+fn signed_interval(view: &str, what: &str, e: &Expr) -> Result<(bool, Duration)> {
+    use datafusion::sql::sqlparser::ast::UnaryOperator;
+    if let Expr::UnaryOp {
+        op: UnaryOperator::Minus,
+        expr,
+    } = e
+    {
+        return Ok((true, interval(view, what, expr)?));
+    }
+    if let Expr::Interval(iv) = e {
+        if let Expr::Value(v) = iv.value.as_ref() {
+            if let Value::SingleQuotedString(text) | Value::DoubleQuotedString(text) = &v.value {
+                if let Some(rest) = text.trim_start().strip_prefix('-') {
+                    let mut positive = iv.clone();
+                    let mut value = v.clone();
+                    value.value = Value::SingleQuotedString(rest.to_string());
+                    positive.value = Box::new(Expr::Value(value));
+                    return Ok((true, interval(view, what, &Expr::Interval(positive))?));
+                }
+            }
+        }
+    }
+    Ok((false, interval(view, what, e)?))
+}
+
 /// [`interval`]'s duration, or what is wrong with `e`.
 pub(super) fn interval_value(e: &Expr) -> std::result::Result<Duration, String> {
     match interval_or_zero(e)? {
@@ -975,8 +1003,8 @@ impl Rewriter<'_> {
                 };
                 let what = format!("`{text}`");
                 let offset = match args.get(least).copied().flatten() {
-                    Some(e) => interval(self.view, &what, e)?,
-                    None => Duration::ZERO,
+                    Some(e) => Some(signed_interval(self.view, &what, e)?),
+                    None => None,
                 };
                 let kind = match fname.as_str() {
                     "TUMBLE" => WindowKind::Tumbling {
@@ -992,6 +1020,21 @@ impl Rewriter<'_> {
                         gap: interval(self.view, &what, arg(2))?,
                         key: Vec::new(),
                     },
+                };
+                // a negative offset shifts the windows back by it: the same
+                // windows as the rest of the grid's step (size or slide) forward
+                let offset = match (offset, &kind) {
+                    (None, _) => Duration::ZERO,
+                    (Some((false, d)), _) => d,
+                    (
+                        Some((true, d)),
+                        WindowKind::Tumbling { size: grid }
+                        | WindowKind::Hopping { slide: grid, .. },
+                    ) => {
+                        let (d, grid) = (d.as_millis(), grid.as_millis());
+                        Duration::from_millis(((grid - d % grid) % grid) as u64)
+                    }
+                    (Some((true, d)), _) => d,
                 };
                 let partition = self.partitions.remove(&called_at);
                 if partition.is_some() && fname != "SESSION" {

@@ -878,6 +878,24 @@ fn an_offset_argument_equals_the_spec_offset() {
             "HOP(t, ts, INTERVAL '1' SECOND, INTERVAL '3' SECOND)",
             WindowSpec::hopping(ms(3_000), ms(1_000)).with_offset(ms(300)),
         ),
+        // a negative offset (Flink takes both spellings) shifts back by it:
+        // forward by the step (size, or slide) less its remainder
+        (
+            "TUMBLE(t, ts, INTERVAL '2' SECOND, INTERVAL '-500' MILLISECOND)",
+            "TUMBLE(t, ts, INTERVAL '2' SECOND)",
+            WindowSpec::tumbling(ms(2_000)).with_offset(ms(2_000 - 500)),
+        ),
+        (
+            "TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '2' SECOND, -INTERVAL '2300' MILLISECOND)",
+            "TUMBLE(t, ts, INTERVAL '2' SECOND)",
+            WindowSpec::tumbling(ms(2_000)).with_offset(ms(2_000 - 300)),
+        ),
+        (
+            "HOP(DATA => TABLE t, TIMECOL => DESCRIPTOR(ts), SLIDE => INTERVAL '1' SECOND, \
+             SIZE => INTERVAL '3' SECOND, OFFSET => INTERVAL '-1300' MILLISECOND)",
+            "HOP(t, ts, INTERVAL '1' SECOND, INTERVAL '3' SECOND)",
+            WindowSpec::hopping(ms(3_000), ms(1_000)).with_offset(ms(1_000 - 300)),
+        ),
     ] {
         let sql = |call: &str| {
             format!(
