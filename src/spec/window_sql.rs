@@ -578,7 +578,16 @@ fn signed_interval(view: &str, what: &str, e: &Expr) -> Result<(bool, Duration)>
                     let mut value = v.clone();
                     value.value = Value::SingleQuotedString(rest.to_string());
                     positive.value = Box::new(Expr::Value(value));
-                    return Ok((true, interval(view, what, &Expr::Interval(positive))?));
+                    let positive = Expr::Interval(positive);
+                    // (what is wrong with it, said of the interval as written)
+                    return match interval(view, what, &positive) {
+                        Ok(d) => Ok((true, d)),
+                        Err(Error::Spec { view, message }) => Err(Error::Spec {
+                            view,
+                            message: message.replace(&positive.to_string(), &e.to_string()),
+                        }),
+                        Err(other) => Err(other),
+                    };
                 }
             }
         }

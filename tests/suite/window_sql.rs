@@ -477,6 +477,17 @@ fn malformed_window_calls_name_the_call_and_its_position() {
             None,
             &["`month` is not a fixed duration", "line 1, column 50"],
         ),
+        // a negative offset's fault is said of it as written
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1' SECOND, INTERVAL '-3' MONTH)",
+            None,
+            &["`INTERVAL '-3' MONTH`: MONTH is not a fixed duration"],
+        ),
+        (
+            "SELECT COUNT(*) AS c FROM TUMBLE(t, ts, INTERVAL '1' SECOND, INTERVAL '-1.5' MILLISECOND)",
+            None,
+            &["`INTERVAL '-1.5' MILLISECOND` must be a whole number of milliseconds"],
+        ),
         (
             "SELECT k, COUNT(*) AS c FROM t GROUP BY k, date_bin(INTERVAL '2 YEARS', ts)",
             None,
