@@ -558,9 +558,14 @@ pub(super) fn interval(view: &str, what: &str, e: &Expr) -> Result<Duration> {
     interval_value(e).map_err(|m| Error::spec(view, format!("{what} ({}): {m}", position(e))))
 }
 
+/// [`interval`], zero allowed: an offset of zero shifts nothing.
+fn offset(view: &str, what: &str, e: &Expr) -> Result<Duration> {
+    interval_or_zero(e).map_err(|m| Error::spec(view, format!("{what} ({}): {m}", position(e))))
+}
+
 /// An offset argument: an interval, or a negative one as Flink takes it
-/// (`-INTERVAL '1' MINUTE`, `INTERVAL '-1' MINUTE`): whether it is negative,
-/// and its length.
+/// (`-INTERVAL '1' MINUTE`, `INTERVAL '-1' MINUTE`), or zero: whether it is
+/// negative, and its length.
 fn signed_interval(view: &str, what: &str, e: &Expr) -> Result<(bool, Duration)> {
     use datafusion::sql::sqlparser::ast::UnaryOperator;
     if let Expr::UnaryOp {
@@ -568,7 +573,7 @@ fn signed_interval(view: &str, what: &str, e: &Expr) -> Result<(bool, Duration)>
         expr,
     } = e
     {
-        return Ok((true, interval(view, what, expr)?));
+        return Ok((true, offset(view, what, expr)?));
     }
     if let Expr::Interval(iv) = e {
         if let Expr::Value(v) = iv.value.as_ref() {
@@ -580,7 +585,7 @@ fn signed_interval(view: &str, what: &str, e: &Expr) -> Result<(bool, Duration)>
                     positive.value = Box::new(Expr::Value(value));
                     let positive = Expr::Interval(positive);
                     // (what is wrong with it, said of the interval as written)
-                    return match interval(view, what, &positive) {
+                    return match offset(view, what, &positive) {
                         Ok(d) => Ok((true, d)),
                         Err(Error::Spec { view, message }) => Err(Error::Spec {
                             view,
@@ -592,7 +597,7 @@ fn signed_interval(view: &str, what: &str, e: &Expr) -> Result<(bool, Duration)>
             }
         }
     }
-    Ok((false, interval(view, what, e)?))
+    Ok((false, offset(view, what, e)?))
 }
 
 /// [`interval`]'s duration, or what is wrong with `e`.

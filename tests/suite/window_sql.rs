@@ -929,6 +929,21 @@ fn an_offset_argument_equals_the_spec_offset() {
             );
         }
     }
+    // an offset of zero (either sign) shifts nothing
+    for zero in ["INTERVAL '0' SECOND", "INTERVAL '-0' MILLISECOND"] {
+        let sql = format!(
+            "SELECT window_start, window_end, k, COUNT(*) AS c \
+             FROM TUMBLE(t, ts, INTERVAL '2' SECOND, {zero}) GROUP BY k, window_start, window_end"
+        );
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let want = rows_on(
+                "SELECT k, COUNT(*) AS c FROM t GROUP BY k",
+                Some(WindowSpec::tumbling(ms(2_000))),
+                exec,
+            );
+            assert_eq!(rows_on(&sql, None, exec), want, "{zero} on {exec:?}");
+        }
+    }
 }
 
 /// Two window calls whose offsets differ by whole sizes (tumbling) or
