@@ -11,7 +11,8 @@
 //! * `TUMBLE(source, time, size [, offset])`, `HOP(source, time, slide, size
 //!   [, offset])` and `SESSION(source, time, gap)`, where `time` is the
 //!   source's event-time column; a session's key is the query's other
-//!   `GROUP BY` columns.
+//!   `GROUP BY` columns. An offset may be zero, or negative (Flink's
+//!   `INTERVAL '-1' MINUTE`), which shifts the windows back.
 //! * Flink's spelling reads as the plain one ([`flink_arguments`]): `TABLE
 //!   source` and `DESCRIPTOR(time)` as arguments, the `TABLE(…)` around a
 //!   call, and a session's `TABLE source PARTITION BY cols` (the columns
