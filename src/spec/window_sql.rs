@@ -556,12 +556,22 @@ fn and_all(mut es: Vec<Expr>) -> Option<Expr> {
 
 /// A duration from `INTERVAL '10' SECOND` or `INTERVAL '10 seconds'`.
 pub(super) fn interval(view: &str, what: &str, e: &Expr) -> Result<Duration> {
-    interval_value(e).map_err(|m| Error::spec(view, format!("{what} ({}): {m}", position(e))))
+    at_call(view, what, e, interval_value(e))
 }
 
 /// [`interval`], zero allowed: an offset of zero shifts nothing.
 fn offset(view: &str, what: &str, e: &Expr) -> Result<Duration> {
-    interval_or_zero(e).map_err(|m| Error::spec(view, format!("{what} ({}): {m}", position(e))))
+    at_call(view, what, e, interval_or_zero(e))
+}
+
+/// What is wrong with argument `e` of the call `what`, said with its position.
+fn at_call(
+    view: &str,
+    what: &str,
+    e: &Expr,
+    read: std::result::Result<Duration, String>,
+) -> Result<Duration> {
+    read.map_err(|m| Error::spec(view, format!("{what} ({}): {m}", position(e))))
 }
 
 /// An offset argument: an interval, or a negative one as Flink takes it
@@ -576,29 +586,38 @@ fn signed_interval(view: &str, what: &str, e: &Expr) -> Result<(bool, Duration)>
     {
         return Ok((true, offset(view, what, expr)?));
     }
-    if let Expr::Interval(iv) = e {
-        if let Expr::Value(v) = iv.value.as_ref() {
-            if let Value::SingleQuotedString(text) | Value::DoubleQuotedString(text) = &v.value {
-                if let Some(rest) = text.trim_start().strip_prefix('-') {
-                    let mut positive = iv.clone();
-                    let mut value = v.clone();
-                    value.value = Value::SingleQuotedString(rest.to_string());
-                    positive.value = Box::new(Expr::Value(value));
-                    let positive = Expr::Interval(positive);
-                    // (what is wrong with it, said of the interval as written)
-                    return match offset(view, what, &positive) {
-                        Ok(d) => Ok((true, d)),
-                        Err(Error::Spec { view, message }) => Err(Error::Spec {
-                            view,
-                            message: message.replace(&positive.to_string(), &e.to_string()),
-                        }),
-                        Err(other) => Err(other),
-                    };
-                }
-            }
-        }
+    let Some(positive) = minus_in_quotes(e) else {
+        return Ok((false, offset(view, what, e)?));
+    };
+    // (what is wrong with it, said of the interval as written)
+    match offset(view, what, &positive) {
+        Ok(d) => Ok((true, d)),
+        Err(Error::Spec { view, message }) => Err(Error::Spec {
+            view,
+            message: message.replace(&positive.to_string(), &e.to_string()),
+        }),
+        Err(other) => Err(other),
     }
-    Ok((false, offset(view, what, e)?))
+}
+
+/// `e`, an `INTERVAL '-…'` whose quoted text starts with a minus, without
+/// the minus (`None` for any other expression).
+fn minus_in_quotes(e: &Expr) -> Option<Expr> {
+    let Expr::Interval(iv) = e else {
+        return None;
+    };
+    let Expr::Value(v) = iv.value.as_ref() else {
+        return None;
+    };
+    let (Value::SingleQuotedString(text) | Value::DoubleQuotedString(text)) = &v.value else {
+        return None;
+    };
+    let rest = text.trim_start().strip_prefix('-')?;
+    let mut value = v.clone();
+    value.value = Value::SingleQuotedString(rest.to_string());
+    let mut positive = iv.clone();
+    positive.value = Box::new(Expr::Value(value));
+    Some(Expr::Interval(positive))
 }
 
 /// [`interval`]'s duration, or what is wrong with `e`.
