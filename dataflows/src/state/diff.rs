@@ -23,8 +23,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::agg::{AggKind, AggState, Value};
 
-/// Aggregates an [`Acc`] holds inline; more spill to the heap.
+/// Non-empty aggregate states an [`Acc`] holds inline; more spill to the heap.
 pub(crate) const INLINE: usize = 4;
+
+/// The most aggregates an [`Acc`] holds sparsely (a bit each: see [`Slots::Sparse`]).
+const SPARSE_MAX: usize = 64;
 
 /// One aggregate's partial state, flat: `count` non-null inputs and the value's bits (an
 /// `i128` as two words, or an `f64`'s bits in `lo`), which the slot's [`AggKind`] reads.
@@ -39,6 +42,24 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// The slot of no input: the identity of every kind.
+    const EMPTY: Slot = Slot {
+        count: 0,
+        lo: 0,
+        hi: 0,
+    };
+
+    fn is_empty(&self) -> bool {
+        *self == Slot::EMPTY
+    }
+
+    /// `self` and `other` folded for `kind` (`None` on overflow, or a state that does not
+    /// suit `kind`).
+    fn combined(&self, kind: AggKind, other: &Slot) -> Option<Slot> {
+        let s = self.state(kind).combined(kind, &other.state(kind)).ok()?;
+        Slot::of(kind, &s)
+    }
+
     /// The slot of `state` for `kind` (`None` if the value's type does not suit the kind).
     fn of(kind: AggKind, state: &AggState) -> Option<Slot> {
         let (lo, hi) = match (state.count, state.value) {
@@ -70,59 +91,182 @@ impl Slot {
     }
 }
 
-/// The aggregates' kinds and slots: inline up to [`INLINE`] aggregates, else on the heap.
+/// The aggregates' kinds and slots. An empty slot (no input folded) is the identity of
+/// every kind, so only the non-empty ones are kept: up to [`INLINE`] of them inline,
+/// marked by a bit per aggregate; more, or more than [`SPARSE_MAX`] aggregates, on the
+/// heap, every slot. (An entry of one `COUNT(DISTINCT …)` argument folds only that
+/// argument's aggregates: the others' slots are empty.) The kind of an empty slot is
+/// never read.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 enum Slots {
-    Inline {
+    Sparse {
+        /// How many aggregates (at most [`SPARSE_MAX`]).
         len: u8,
+        /// Bit `i`: aggregate `i`'s slot is not empty, and is held (in the order of `i`).
+        present: u64,
         kinds: [AggKind; INLINE],
         slots: [Slot; INLINE],
     },
-    Spilled(Box<[(AggKind, Slot)]>),
+    Dense(Box<[(AggKind, Slot)]>),
 }
 
 impl Slots {
-    const EMPTY: Slots = Slots::Inline {
+    const EMPTY: Slots = Slots::Sparse {
         len: 0,
+        present: 0,
         kinds: [AggKind::Count; INLINE],
-        slots: [Slot {
-            count: 0,
-            lo: 0,
-            hi: 0,
-        }; INLINE],
+        slots: [Slot::EMPTY; INLINE],
     };
 
     fn len(&self) -> usize {
         match self {
-            Slots::Inline { len, .. } => usize::from(*len),
-            Slots::Spilled(s) => s.len(),
+            Slots::Sparse { len, .. } => usize::from(*len),
+            Slots::Dense(s) => s.len(),
         }
     }
 
-    fn kind(&self, i: usize) -> AggKind {
+    /// Aggregate `i`'s kind and slot, unless its slot is empty.
+    #[inline]
+    fn get(&self, i: usize) -> Option<(AggKind, &Slot)> {
         match self {
-            Slots::Inline { kinds, .. } => kinds[i],
-            Slots::Spilled(s) => s[i].0,
+            Slots::Sparse {
+                present,
+                kinds,
+                slots,
+                ..
+            } => {
+                let bit = 1u64.checked_shl(i as u32)?;
+                (present & bit != 0).then(|| {
+                    let at = (present & (bit - 1)).count_ones() as usize;
+                    (kinds[at], &slots[at])
+                })
+            }
+            Slots::Dense(s) => s
+                .get(i)
+                .filter(|(_, s)| !s.is_empty())
+                .map(|(k, s)| (*k, s)),
         }
     }
 
-    fn slot(&self, i: usize) -> &Slot {
-        match self {
-            Slots::Inline { slots, .. } => &slots[i],
-            Slots::Spilled(s) => &s[i].1,
+    /// Folds `other` (as many aggregates) in; `false` if a slot overflowed.
+    fn fold(&mut self, other: &Slots) -> bool {
+        // the same aggregates held inline (entries of one key, mostly): slot by slot
+        if let (
+            Slots::Sparse {
+                present: pa,
+                kinds,
+                slots,
+                ..
+            },
+            Slots::Sparse {
+                present: pb,
+                slots: theirs,
+                ..
+            },
+        ) = (&mut *self, other)
+        {
+            if *pa == *pb {
+                let mut ok = true;
+                for at in 0..pa.count_ones() as usize {
+                    match slots[at].combined(kinds[at], &theirs[at]) {
+                        Some(s) => slots[at] = s,
+                        None => ok = false,
+                    }
+                }
+                return ok;
+            }
+        }
+        let mut ok = true;
+        let mut out = Builder::new(self.len());
+        let mut each = |i: usize| match (self.get(i), other.get(i)) {
+            (Some((k, a)), Some((_, b))) => out.push(
+                i,
+                k,
+                a.combined(k, b).unwrap_or_else(|| {
+                    ok = false;
+                    *a
+                }),
+            ),
+            (Some((k, s)), None) | (None, Some((k, s))) => out.push(i, k, *s),
+            (None, None) => {}
+        };
+        match (&*self, other) {
+            (Slots::Sparse { present: pa, .. }, Slots::Sparse { present: pb, .. }) => {
+                let mut m = pa | pb;
+                while m != 0 {
+                    each(m.trailing_zeros() as usize);
+                    m &= m - 1;
+                }
+            }
+            _ => (0..self.len()).for_each(&mut each),
+        }
+        *self = out.finish();
+        ok
+    }
+}
+
+/// Builds the [`Slots`] of `len` aggregates from their non-empty slots, pushed in the
+/// order of their index: inline while they fit, else every slot on the heap.
+struct Builder {
+    len: usize,
+    present: u64,
+    held: usize,
+    kinds: [AggKind; INLINE],
+    slots: [Slot; INLINE],
+    dense: Option<Vec<(AggKind, Slot)>>,
+}
+
+impl Builder {
+    fn new(len: usize) -> Self {
+        Builder {
+            len,
+            present: 0,
+            held: 0,
+            kinds: [AggKind::Count; INLINE],
+            slots: [Slot::EMPTY; INLINE],
+            dense: (len > SPARSE_MAX).then(|| vec![(AggKind::Count, Slot::EMPTY); len]),
         }
     }
 
-    fn slot_mut(&mut self, i: usize) -> &mut Slot {
-        match self {
-            Slots::Inline { slots, .. } => &mut slots[i],
-            Slots::Spilled(s) => &mut s[i].1,
+    /// Aggregate `i`'s slot `s` (not empty; after every lower `i`).
+    #[inline]
+    fn push(&mut self, i: usize, k: AggKind, s: Slot) {
+        if self.dense.is_none() && self.held == INLINE {
+            // one more than fit inline: every slot on the heap
+            let mut all = vec![(AggKind::Count, Slot::EMPTY); self.len];
+            let mut m = self.present;
+            for at in 0..self.held {
+                all[m.trailing_zeros() as usize] = (self.kinds[at], self.slots[at]);
+                m &= m - 1;
+            }
+            self.dense = Some(all);
+        }
+        match &mut self.dense {
+            Some(all) => all[i] = (k, s),
+            None => {
+                self.present |= 1 << i;
+                self.kinds[self.held] = k;
+                self.slots[self.held] = s;
+                self.held += 1;
+            }
+        }
+    }
+
+    fn finish(self) -> Slots {
+        match self.dense {
+            Some(all) => Slots::Dense(all.into_boxed_slice()),
+            None => Slots::Sparse {
+                len: self.len as u8,
+                present: self.present,
+                kinds: self.kinds,
+                slots: self.slots,
+            },
         }
     }
 }
 
 /// The difference type of the windowed-aggregate arrangement: `Copy`-sized and
-/// allocation-free for up to [`INLINE`] aggregates.
+/// allocation-free while at most [`INLINE`] of its aggregates' states are not empty.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub(crate) struct Acc {
     /// Number of contributions: positive for inserted states, negative for evictions.
@@ -138,37 +282,18 @@ impl Acc {
     /// One contribution of the given states (one per kind).
     pub(crate) fn insert(kinds: &[AggKind], states: &[AggState]) -> Self {
         let mut overflow = kinds.len() != states.len();
-        let mut slot = |(k, s): (&AggKind, &AggState)| {
-            Slot::of(*k, s).unwrap_or_else(|| {
-                overflow = true;
-                Slot::default()
-            })
-        };
-        let slots = if kinds.len() <= INLINE {
-            let mut inline = [Slot::default(); INLINE];
-            let mut ks = [AggKind::Count; INLINE];
-            for (i, pair) in kinds.iter().zip(states).enumerate() {
-                inline[i] = slot(pair);
-                ks[i] = *pair.0;
+        let mut out = Builder::new(kinds.len());
+        for (i, (k, s)) in kinds.iter().zip(states).enumerate() {
+            match Slot::of(*k, s) {
+                Some(slot) if slot.is_empty() => {}
+                Some(slot) => out.push(i, *k, slot),
+                None => overflow = true,
             }
-            Slots::Inline {
-                len: kinds.len() as u8,
-                kinds: ks,
-                slots: inline,
-            }
-        } else {
-            Slots::Spilled(
-                kinds
-                    .iter()
-                    .zip(states)
-                    .map(|pair| (*pair.0, slot(pair)))
-                    .collect(),
-            )
-        };
+        }
         Acc {
             n: 1,
             overflow,
-            slots,
+            slots: out.finish(),
         }
     }
 
@@ -187,20 +312,21 @@ impl Acc {
         self.slots.len()
     }
 
-    /// The kind of the first aggregate, if any (to name an overflow).
+    /// The kind of the first aggregate whose state is not empty, if any (to name an
+    /// overflow).
     pub(crate) fn first_kind(&self) -> Option<AggKind> {
-        (self.len() > 0).then(|| self.slots.kind(0))
+        (0..self.len()).find_map(|i| self.slots.get(i).map(|(k, _)| k))
     }
 
-    /// Aggregate `i`'s kind and state.
-    pub(crate) fn get(&self, i: usize) -> (AggKind, AggState) {
-        let kind = self.slots.kind(i);
-        (kind, self.slots.slot(i).state(kind))
+    /// Aggregate `i`'s kind and state, unless its state is empty (no input folded).
+    #[inline]
+    pub(crate) fn part(&self, i: usize) -> Option<(AggKind, AggState)> {
+        self.slots.get(i).map(|(k, s)| (k, s.state(k)))
     }
 
-    /// Every aggregate's state, in order.
+    /// Every aggregate's state, in order (the empty state for one without input).
     pub(crate) fn states(&self) -> impl Iterator<Item = AggState> + '_ {
-        (0..self.len()).map(|i| self.get(i).1)
+        (0..self.len()).map(|i| self.part(i).map_or(AggState::EMPTY, |(_, s)| s))
     }
 }
 
@@ -226,18 +352,8 @@ impl Semigroup for Acc {
             self.slots.clone_from(&rhs.slots);
             return;
         }
-        if self.len() != rhs.len() {
+        if self.len() != rhs.len() || !self.slots.fold(&rhs.slots) {
             self.overflow = true;
-            return;
-        }
-        for i in 0..self.len() {
-            let kind = self.slots.kind(i);
-            let a = self.slots.slot(i).state(kind);
-            let b = rhs.slots.slot(i).state(kind);
-            match a.combined(kind, &b).map(|s| Slot::of(kind, &s)) {
-                Ok(Some(s)) => *self.slots.slot_mut(i) = s,
-                _ => self.overflow = true,
-            }
         }
     }
 }
@@ -311,7 +427,7 @@ mod tests {
         narrow.plus_equals(&acc(-1.5, 7));
         assert_eq!(wide.len(), 6);
         for i in 0..6 {
-            assert_eq!(wide.get(i), narrow.get(i % 3), "slot {i}");
+            assert_eq!(wide.part(i), narrow.part(i % 3), "slot {i}");
         }
         wide.plus_equals(&Acc::eviction(wide.n));
         assert!(wide.is_zero());
@@ -340,10 +456,107 @@ mod tests {
         s.plus_equals(&acc(-1.0, 2));
         assert_eq!(s.n, 2);
         assert!(!s.overflow);
-        assert_eq!(s.get(0).1.value, Value::Float(-1.0));
-        assert_eq!(s.get(1).1.value, Value::Float(1.0));
-        assert_eq!(s.get(2).1.value, Value::Int(3));
+        assert_eq!(s.states().next().expect("three").value, Value::Float(-1.0));
+        assert_eq!(s.states().nth(1).expect("three").value, Value::Float(1.0));
+        assert_eq!(s.states().nth(2).expect("three").value, Value::Int(3));
         s.plus_equals(&acc(0.0, i128::MAX));
         assert!(s.overflow);
+    }
+
+    /// Kinds for `len` aggregates, cycling through every kind.
+    fn kinds(len: usize) -> Vec<AggKind> {
+        let all = [
+            AggKind::Count,
+            AggKind::SumInt,
+            AggKind::MinInt,
+            AggKind::MaxInt,
+            AggKind::SumFloat,
+            AggKind::MinFloat,
+            AggKind::MaxFloat,
+        ];
+        (0..len).map(|i| all[i % all.len()]).collect()
+    }
+
+    /// The state of one input `x` for `kind`, or the empty state for `None`.
+    fn input(kind: AggKind, x: Option<i64>) -> AggState {
+        match x {
+            None => AggState::EMPTY,
+            Some(x) if kind.is_float() => AggState::from_value(kind, Value::Float(x as f64 / 4.0)),
+            Some(x) => AggState::from_value(kind, Value::Int(i128::from(x))),
+        }
+    }
+
+    proptest::proptest! {
+        /// Folding contributions whose states are mostly empty (an entry of one
+        /// `COUNT(DISTINCT …)` argument among several), in any order and grouping, gives
+        /// the states a plain fold of every state gives: held sparsely, spilled, or both.
+        #[test]
+        fn sparse_slots_fold_as_every_slot_folds(
+            len in 1usize..80,
+            rows in proptest::collection::vec(
+                proptest::collection::vec(proptest::option::weighted(0.2, -9i64..9), 80),
+                1..12,
+            ),
+            split in 0usize..12,
+        ) {
+            let kinds = kinds(len);
+            let rows: Vec<Vec<AggState>> = rows
+                .iter()
+                .map(|r| kinds.iter().zip(r).map(|(&k, &x)| input(k, x)).collect())
+                .collect();
+            let mut want = vec![AggState::EMPTY; len];
+            for r in &rows {
+                for ((w, s), &k) in want.iter_mut().zip(r).zip(&kinds) {
+                    *w = w.combined(k, s).expect("small inputs");
+                }
+            }
+            // two partial sums (as the arrangement's batches hold them), then their sum
+            let split = split.min(rows.len());
+            let sum = |rs: &[Vec<AggState>]| {
+                rs.iter().fold(Acc::zero(), |mut a, r| {
+                    a.plus_equals(&Acc::insert(&kinds, r));
+                    a
+                })
+            };
+            let (mut a, b) = (sum(&rows[..split]), sum(&rows[split..]));
+            a.plus_equals(&b);
+            proptest::prop_assert!(!a.overflow);
+            proptest::prop_assert_eq!(a.n, rows.len() as i64);
+            proptest::prop_assert_eq!(a.len(), len);
+            proptest::prop_assert_eq!(a.states().collect::<Vec<_>>(), want);
+            a.plus_equals(&Acc::eviction(a.n));
+            proptest::prop_assert_eq!(a, Acc::zero());
+        }
+    }
+
+    #[test]
+    fn an_entry_of_few_states_is_held_inline_and_spills_past_them() {
+        let kinds = kinds(9);
+        let only = |at: &[usize]| {
+            let states: Vec<AggState> = (0..9)
+                .map(|i| input(kinds[i], at.contains(&i).then_some(3)))
+                .collect();
+            Acc::insert(&kinds, &states)
+        };
+        let mut a = only(&[2, 7]);
+        assert!(matches!(a.slots, Slots::Sparse { .. }), "{a:?}");
+        a.plus_equals(&only(&[0, 7]));
+        assert!(matches!(a.slots, Slots::Sparse { .. }), "three of nine");
+        a.plus_equals(&only(&[4, 5]));
+        assert!(matches!(a.slots, Slots::Dense(_)), "five of nine");
+        let states: Vec<AggState> = a.states().collect();
+        assert_eq!(states[7].count, 2);
+        assert_eq!([1, 3, 6, 8].map(|i| states[i]), [AggState::EMPTY; 4]);
+        assert_eq!(a.first_kind(), Some(kinds[0]));
+        // a slot that does not suit its kind flags the sum, inline too
+        let mut bad = only(&[1]);
+        bad.plus_equals(&Acc::insert(&kinds[..1], &[input(kinds[0], Some(1))]));
+        assert!(bad.overflow, "a contribution of other aggregates");
+        let mut big = Acc::insert(&[AggKind::SumInt], &[input(AggKind::SumInt, Some(1))]);
+        big.plus_equals(&Acc::insert(
+            &[AggKind::SumInt],
+            &[AggState::from_value(AggKind::SumInt, Value::Int(i128::MAX))],
+        ));
+        assert!(big.overflow, "an i128 overflow");
     }
 }

@@ -471,7 +471,10 @@ fn new_states(spare: &mut Vec<Vec<AggState>>, diff: &Acc) -> Vec<AggState> {
 fn combine_states(states: &mut [AggState], diff: &Acc, window: Window) -> Result<bool, Error> {
     let mut changed = false;
     for (i, state) in states.iter_mut().enumerate() {
-        let (kind, part) = diff.get(i);
+        // (an empty part changes nothing)
+        let Some((kind, part)) = diff.part(i) else {
+            continue;
+        };
         let new = state
             .combined(kind, &part)
             .map_err(|e| e.placed(window, Some(i)))?;
