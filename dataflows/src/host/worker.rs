@@ -201,7 +201,7 @@ impl Walk {
                     out.push(Update {
                         window: *window,
                         key: *key,
-                        aggs: acc.states().collect(),
+                        aggs: acc.states(),
                     });
                 }
             }

@@ -282,6 +282,34 @@ impl Acc {
     /// One contribution of the given states (one per kind).
     pub(crate) fn insert(kinds: &[AggKind], states: &[AggState]) -> Self {
         let mut overflow = kinds.len() != states.len();
+        if kinds.len() <= INLINE {
+            // (the most: every non-empty slot fits inline)
+            let (mut ks, mut slots, mut present, mut at) =
+                ([AggKind::Count; INLINE], [Slot::EMPTY; INLINE], 0u64, 0);
+            for (i, (k, s)) in kinds.iter().zip(states).enumerate() {
+                match Slot::of(*k, s) {
+                    Some(slot) if slot.is_empty() => {}
+                    Some(slot) => {
+                        present |= 1 << i;
+                        ks[at] = *k;
+                        slots[at] = slot;
+                        at += 1;
+                    }
+                    None => overflow = true,
+                }
+            }
+            let slots = Slots::Sparse {
+                len: kinds.len() as u8,
+                present,
+                kinds: ks,
+                slots,
+            };
+            return Acc {
+                n: 1,
+                overflow,
+                slots,
+            };
+        }
         let mut out = Builder::new(kinds.len());
         for (i, (k, s)) in kinds.iter().zip(states).enumerate() {
             match Slot::of(*k, s) {
@@ -315,18 +343,88 @@ impl Acc {
     /// The kind of the first aggregate whose state is not empty, if any (to name an
     /// overflow).
     pub(crate) fn first_kind(&self) -> Option<AggKind> {
-        (0..self.len()).find_map(|i| self.slots.get(i).map(|(k, _)| k))
+        let mut first = None;
+        let _ = self.try_each(|_, k, _| {
+            first = Some(k);
+            Err(())
+        });
+        first
     }
 
     /// Aggregate `i`'s kind and state, unless its state is empty (no input folded).
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn part(&self, i: usize) -> Option<(AggKind, AggState)> {
         self.slots.get(i).map(|(k, s)| (k, s.state(k)))
     }
 
+    /// Calls `f` with the index, kind and state of every aggregate whose state is not
+    /// empty, in order; stops at its first error.
+    #[inline]
+    pub(crate) fn try_each<E>(
+        &self,
+        mut f: impl FnMut(usize, AggKind, AggState) -> Result<(), E>,
+    ) -> Result<(), E> {
+        match &self.slots {
+            Slots::Sparse {
+                present,
+                kinds,
+                slots,
+                ..
+            } => {
+                let mut m = *present;
+                let mut at = 0;
+                while m != 0 {
+                    f(
+                        m.trailing_zeros() as usize,
+                        kinds[at],
+                        slots[at].state(kinds[at]),
+                    )?;
+                    m &= m - 1;
+                    at += 1;
+                }
+            }
+            Slots::Dense(all) => {
+                for (i, (k, s)) in all.iter().enumerate() {
+                    if !s.is_empty() {
+                        f(i, *k, s.state(*k))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every aggregate's state, in order (the empty state for one without input), into
+    /// `out` (emptied first).
+    pub(crate) fn states_into(&self, out: &mut Vec<AggState>) {
+        out.clear();
+        match &self.slots {
+            // every slot held (the most): in order
+            Slots::Sparse {
+                len,
+                present,
+                kinds,
+                slots,
+            } if u32::from(*len) == present.count_ones() => out.extend(
+                (kinds.iter().zip(slots))
+                    .take(usize::from(*len))
+                    .map(|(k, s)| s.state(*k)),
+            ),
+            _ => {
+                out.resize(self.len(), AggState::EMPTY);
+                let _ = self.try_each(|i, _, s| {
+                    out[i] = s;
+                    Ok::<(), ()>(())
+                });
+            }
+        }
+    }
+
     /// Every aggregate's state, in order (the empty state for one without input).
-    pub(crate) fn states(&self) -> impl Iterator<Item = AggState> + '_ {
-        (0..self.len()).map(|i| self.part(i).map_or(AggState::EMPTY, |(_, s)| s))
+    pub(crate) fn states(&self) -> Vec<AggState> {
+        let mut out = Vec::with_capacity(self.len());
+        self.states_into(&mut out);
+        out
     }
 }
 
@@ -456,9 +554,9 @@ mod tests {
         s.plus_equals(&acc(-1.0, 2));
         assert_eq!(s.n, 2);
         assert!(!s.overflow);
-        assert_eq!(s.states().next().expect("three").value, Value::Float(-1.0));
-        assert_eq!(s.states().nth(1).expect("three").value, Value::Float(1.0));
-        assert_eq!(s.states().nth(2).expect("three").value, Value::Int(3));
+        assert_eq!(s.states()[0].value, Value::Float(-1.0));
+        assert_eq!(s.states()[1].value, Value::Float(1.0));
+        assert_eq!(s.states()[2].value, Value::Int(3));
         s.plus_equals(&acc(0.0, i128::MAX));
         assert!(s.overflow);
     }
@@ -523,7 +621,7 @@ mod tests {
             proptest::prop_assert!(!a.overflow);
             proptest::prop_assert_eq!(a.n, rows.len() as i64);
             proptest::prop_assert_eq!(a.len(), len);
-            proptest::prop_assert_eq!(a.states().collect::<Vec<_>>(), want);
+            proptest::prop_assert_eq!(a.states(), want);
             a.plus_equals(&Acc::eviction(a.n));
             proptest::prop_assert_eq!(a, Acc::zero());
         }
@@ -544,7 +642,7 @@ mod tests {
         assert!(matches!(a.slots, Slots::Sparse { .. }), "three of nine");
         a.plus_equals(&only(&[4, 5]));
         assert!(matches!(a.slots, Slots::Dense(_)), "five of nine");
-        let states: Vec<AggState> = a.states().collect();
+        let states: Vec<AggState> = a.states();
         assert_eq!(states[7].count, 2);
         assert_eq!([1, 3, 6, 8].map(|i| states[i]), [AggState::EMPTY; 4]);
         assert_eq!(a.first_kind(), Some(kinds[0]));

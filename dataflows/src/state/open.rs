@@ -457,11 +457,10 @@ pub(crate) fn fold_closed<'a>(
 fn new_states(spare: &mut Vec<Vec<AggState>>, diff: &Acc) -> Vec<AggState> {
     match spare.pop() {
         Some(mut states) => {
-            states.clear();
-            states.extend(diff.states());
+            diff.states_into(&mut states);
             states
         }
-        None => diff.states().collect(),
+        None => diff.states(),
     }
 }
 
@@ -470,17 +469,18 @@ fn new_states(spare: &mut Vec<Vec<AggState>>, diff: &Acc) -> Vec<AggState> {
 #[inline]
 fn combine_states(states: &mut [AggState], diff: &Acc, window: Window) -> Result<bool, Error> {
     let mut changed = false;
-    for (i, state) in states.iter_mut().enumerate() {
-        // (an empty part changes nothing)
-        let Some((kind, part)) = diff.part(i) else {
-            continue;
+    // (an empty part changes nothing)
+    diff.try_each(|i, kind, part| {
+        let Some(state) = states.get_mut(i) else {
+            return Ok(());
         };
         let new = state
             .combined(kind, &part)
             .map_err(|e| e.placed(window, Some(i)))?;
         changed |= new != *state;
         *state = new;
-    }
+        Ok(())
+    })?;
     Ok(changed)
 }
 
