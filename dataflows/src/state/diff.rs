@@ -312,6 +312,10 @@ impl Acc {
         }
         let mut out = Builder::new(kinds.len());
         for (i, (k, s)) in kinds.iter().zip(states).enumerate() {
+            // (most states of a wide entry are empty: skipped without reading them)
+            if *s == AggState::EMPTY {
+                continue;
+            }
             match Slot::of(*k, s) {
                 Some(slot) if slot.is_empty() => {}
                 Some(slot) => out.push(i, *k, slot),
