@@ -12,7 +12,9 @@
 //!   [, offset])` and `SESSION(source, time, gap)`, where `time` is the
 //!   source's event-time column; a session's key is the query's other
 //!   `GROUP BY` columns. An offset may be zero, or negative (Flink's
-//!   `INTERVAL '-1' MINUTE`), which shifts the windows back.
+//!   `INTERVAL '-1' MINUTE`), which shifts the windows back. An interval
+//!   is one unit (`INTERVAL '10' SECOND`, `INTERVAL '10 seconds'`) or
+//!   day-time fields (`INTERVAL '1:30' MINUTE TO SECOND`, see [`fields`]).
 //! * Flink's spelling reads as the plain one ([`flink_arguments`]): `TABLE
 //!   source` and `DESCRIPTOR(time)` as arguments, the `TABLE(…)` around a
 //!   call, and a session's `TABLE source PARTITION BY cols` (the columns
@@ -645,8 +647,8 @@ pub(super) fn interval_or_zero(e: &Expr) -> std::result::Result<Duration, String
         },
         _ => return Err(bad(&format!("`{e}` is not a literal interval"))),
     };
-    if iv.last_field.is_some() {
-        return Err(bad(&format!("`{e}`: give the interval in one unit")));
+    if let (Some(leading), Some(last)) = (&iv.leading_field, &iv.last_field) {
+        return whole_ms(e, fields(e, text.trim(), leading, last)?);
     }
     let unit = match &iv.leading_field {
         None => "",
@@ -684,15 +686,125 @@ pub(super) fn interval_or_zero(e: &Expr) -> std::result::Result<Duration, String
         super::duration::Bad::Parse(err) => format!("`{e}` is not a duration ({err})"),
         b => format!("`{e}`: {b}"),
     })?;
+    whole_ms(e, d)
+}
+
+/// `d`, the duration of interval `e`, if it is a whole number of milliseconds
+/// that is not too large.
+fn whole_ms(e: &Expr, d: Duration) -> std::result::Result<Duration, String> {
     if d.subsec_nanos() % 1_000_000 != 0 {
-        return Err(bad(&format!(
-            "`{e}` must be a whole number of milliseconds"
-        )));
+        return Err(format!("`{e}` must be a whole number of milliseconds"));
     }
     if let Some(m) = super::too_large(d) {
         return Err(format!("`{e}` {m}"));
     }
     Ok(d)
+}
+
+/// The duration of a day-time interval given in several fields, as the SQL
+/// standard and Flink write it: `INTERVAL '1:30' MINUTE TO SECOND`,
+/// `INTERVAL '2 03:04:05.006' DAY TO SECOND`. The first field is a whole
+/// number; each later one is in its range (hours below 24, minutes and
+/// seconds below 60), after a space following the days and a colon
+/// otherwise; the seconds may have a fraction.
+fn fields(
+    e: &Expr,
+    text: &str,
+    leading: &DateTimeField,
+    last: &DateTimeField,
+) -> std::result::Result<Duration, String> {
+    use DateTimeField as F;
+    let rank = |f: &DateTimeField| match f {
+        F::Day | F::Days => Some(0),
+        F::Hour | F::Hours => Some(1),
+        F::Minute | F::Minutes => Some(2),
+        F::Second | F::Seconds => Some(3),
+        _ => None,
+    };
+    let (first, end) = match (rank(leading), rank(last)) {
+        (Some(first), Some(end)) if first < end => (first, end),
+        (Some(_), Some(_)) => {
+            return Err(format!(
+                "`{e}`: {leading} TO {last} does not go from a larger field to a smaller one"
+            ))
+        }
+        _ if [leading, last]
+            .iter()
+            .any(|f| matches!(f, F::Year | F::Years | F::Month | F::Months)) =>
+        {
+            return Err(format!(
+                "`{e}`: {leading} TO {last} is not a fixed duration \
+                 (months and years vary in length)"
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "`{e}`: give the interval in one unit, or in fields from DAY, HOUR, \
+                 MINUTE and SECOND ({leading} TO {last} is neither)"
+            ))
+        }
+    };
+    const NAMES: [&str; 4] = ["days", "hours", "minutes", "seconds"];
+    const MS: [u128; 4] = [86_400_000, 3_600_000, 60_000, 1_000];
+    const BELOW: [u128; 4] = [0, 24, 60, 60];
+    let layout = ["D", "H", "M", "S"][first..=end]
+        .iter()
+        .enumerate()
+        .map(|(i, f)| match (i, first) {
+            (0, _) => f.to_string(),
+            (1, 0) => format!(" {f}{f}"),
+            _ => format!(":{f}{f}"),
+        })
+        .collect::<String>();
+    let shape = || format!("`{e}`: give {leading} TO {last} as '{layout}'");
+    let mut parts: Vec<&str> = Vec::with_capacity(4);
+    let mut rest = text;
+    if first == 0 {
+        let (days, time) = rest.split_once(' ').ok_or_else(shape)?;
+        parts.push(days);
+        rest = time.trim_start();
+    }
+    parts.extend(rest.split(':'));
+    if parts.len() != end - first + 1 {
+        return Err(shape());
+    }
+    let too_large = || format!("`{e}` is too large");
+    let mut ms: u128 = 0;
+    for (at, part) in parts.iter().enumerate() {
+        let field = first + at;
+        let (whole, fraction) = match part.split_once('.') {
+            Some((w, f)) if field == 3 => (w, Some(f)),
+            Some(_) => return Err(shape()),
+            None => (*part, None),
+        };
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(whole) || fraction.is_some_and(|f| !digits(f)) {
+            return Err(shape());
+        }
+        let v: u128 = whole.parse().map_err(|_| too_large())?;
+        if at > 0 && v >= BELOW[field] {
+            return Err(format!(
+                "`{e}`: {v} {} is out of range (at most {})",
+                NAMES[field],
+                BELOW[field] - 1
+            ));
+        }
+        ms = v
+            .checked_mul(MS[field])
+            .and_then(|x| ms.checked_add(x))
+            .ok_or_else(too_large)?;
+        if let Some(f) = fraction {
+            // thousandths, then anything finer must be zero
+            let (milli, finer) = f.split_at(f.len().min(3));
+            if finer.bytes().any(|b| b != b'0') {
+                return Err(format!("`{e}` must be a whole number of milliseconds"));
+            }
+            let milli: u128 = format!("{milli:0<3}").parse().map_err(|_| shape())?;
+            ms += milli;
+        }
+    }
+    let ms = u64::try_from(ms).map_err(|_| too_large())?;
+    Ok(Duration::from_millis(ms))
 }
 
 /// The plain expressions of a function call's arguments.

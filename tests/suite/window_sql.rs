@@ -708,6 +708,119 @@ fn interval_units_read_in_any_case_equal_the_spec() {
     }
 }
 
+/// A day-time interval in several fields, as the SQL standard and Flink
+/// write it (`INTERVAL '1:30' MINUTE TO SECOND`), is the sum of its fields:
+/// the rows of the spec of that duration, as a size, a slide, an offset
+/// (also negative) and a watermark's delay. A field out of its range, a text
+/// that does not match the fields, and months are refused naming the interval.
+#[test]
+fn intervals_in_several_fields_read_as_their_sum() {
+    let ms = Duration::from_millis;
+    for (interval, size) in [
+        ("INTERVAL '0:02' MINUTE TO SECOND", ms(2_000)),
+        ("INTERVAL '0:00:02.5' HOUR TO SECOND", ms(2_500)),
+        ("INTERVAL '0 00:00:03' DAY TO SECOND(3)", ms(3_000)),
+        ("INTERVAL '0:01.250' MINUTE TO SECOND", ms(1_250)),
+    ] {
+        let want = rows_on(
+            "SELECT k, COUNT(*) AS c FROM t GROUP BY k",
+            Some(WindowSpec::tumbling(size)),
+            ExecMode::Auto,
+        );
+        assert!(want.len() > 3, "several windows close: {want:?}");
+        let got = rows_on(
+            &format!(
+                "SELECT window_start, window_end, k, COUNT(*) AS c \
+                 FROM TUMBLE(t, ts, {interval}) GROUP BY k, window_start, window_end"
+            ),
+            None,
+            ExecMode::Auto,
+        );
+        assert_eq!(got, want, "{interval}");
+    }
+    // as HOP's slide and size, and as a negative offset, on both paths
+    for exec in [ExecMode::Auto, ExecMode::Recompute] {
+        let want = rows_on(
+            "SELECT k, COUNT(*) AS c FROM t GROUP BY k",
+            Some(WindowSpec::hopping(ms(3_000), ms(1_500)).with_offset(ms(1_500 - 700))),
+            exec,
+        );
+        let got = rows_on(
+            "SELECT window_start, window_end, k, COUNT(*) AS c \
+             FROM HOP(t, ts, INTERVAL '0:01.5' MINUTE TO SECOND, \
+             INTERVAL '0:00:03' HOUR TO SECOND, INTERVAL '-0:00.7' MINUTE TO SECOND) \
+             GROUP BY k, window_start, window_end",
+            None,
+            exec,
+        );
+        assert_eq!(got, want, "{exec:?}");
+    }
+    let watermark = |delay: &str| {
+        let mut e = Engine::builder().build().expect("engine");
+        e.execute_sql(&format!(
+            "CREATE SOURCE bids (auction BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - {delay});
+             CREATE VIEW v AS SELECT auction, COUNT(*) AS n
+             FROM TUMBLE(bids, ts, INTERVAL '2' SECOND) GROUP BY auction, window_start, window_end;"
+        ))
+        .unwrap_or_else(|err| panic!("{delay}: {err}"));
+        e.explain("v").expect("explain")
+    };
+    assert_eq!(
+        watermark("INTERVAL '0:01:30' HOUR TO SECOND"),
+        watermark("INTERVAL '90' SECOND")
+    );
+    for (interval, want) in [
+        (
+            "INTERVAL '1:60' MINUTE TO SECOND",
+            &["60 seconds is out of range", "at most 59"][..],
+        ),
+        (
+            "INTERVAL '1 24:00' DAY TO MINUTE",
+            &["24 hours is out of range"],
+        ),
+        (
+            "INTERVAL '1:30' HOUR TO SECOND",
+            &["give HOUR TO SECOND as 'H:MM:SS'"],
+        ),
+        ("INTERVAL '1 2:3' DAY TO SECOND", &["as 'D HH:MM:SS'"]),
+        ("INTERVAL '1:3x' MINUTE TO SECOND", &["as 'M:SS'"]),
+        ("INTERVAL '1.5:00' MINUTE TO SECOND", &["as 'M:SS'"]),
+        (
+            "INTERVAL '0:01.0005' MINUTE TO SECOND",
+            &["whole number of milliseconds"],
+        ),
+        ("INTERVAL '0:00' MINUTE TO SECOND", &["positive"]),
+        (
+            "INTERVAL '1-2' YEAR TO MONTH",
+            &["YEAR TO MONTH", "not a fixed duration"],
+        ),
+        (
+            "INTERVAL '1:30' MINUTE TO HOUR",
+            &["from a larger field to a smaller one"],
+        ),
+        (
+            "INTERVAL '99999999999999999999999999999999999999999:00' MINUTE TO SECOND",
+            &["too large"],
+        ),
+        (
+            "INTERVAL '3000000000000000:00' MINUTE TO SECOND",
+            &["too large"],
+        ),
+    ] {
+        let msg = refused(
+            &format!(
+                "SELECT k, COUNT(*) AS c FROM TUMBLE(t, ts, {interval}) \
+                 GROUP BY k, window_start, window_end"
+            ),
+            None,
+        );
+        assert!(msg.contains(&format!("`{interval}`")), "{interval}: {msg}");
+        for w in want {
+            assert!(msg.contains(w), "{interval}: {w}: {msg}");
+        }
+    }
+}
+
 /// Flink's spelling of a window call's first two arguments, `TABLE t` and
 /// `DESCRIPTOR(ts)` (any case, any spacing), is the plain one: the same rows
 /// on both paths, through the spec and through DDL; an error further on in
