@@ -1538,7 +1538,7 @@ fn check_names(
     if let Some(call) = layout.and_then(|l| l.call()) {
         for s in sources {
             let hidden = s.schema.fields().iter().find(|f| {
-                ["window_start", "window_end"]
+                ["window_start", "window_end", "window_time"]
                     .iter()
                     .any(|b| f.name().eq_ignore_ascii_case(b))
             });

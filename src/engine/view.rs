@@ -64,7 +64,16 @@ pub(super) struct Written {
 impl Written {
     /// A runtime batch in the query's layout.
     pub fn lay_out(&self, b: &RecordBatch) -> Result<RecordBatch> {
-        let cols = self.columns.iter().map(|&i| b.column(i).clone()).collect();
+        let cols = self
+            .columns
+            .iter()
+            .map(|&i| match i {
+                crate::spec::window_sql::WINDOW_TIME => {
+                    crate::spec::window_sql::window_time(b.column(1))
+                }
+                i => Ok(b.column(i).clone()),
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
     }
 }

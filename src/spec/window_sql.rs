@@ -28,6 +28,10 @@
 //!   whose bounds the select list shows as `TUMBLE_START(time, size)`,
 //!   `HOP_END(…)`, … with the same arguments.
 //!
+//! A window function also names Flink's `window_time` (and the legacy
+//! windows `TUMBLE_ROWTIME(…)`): the window's last millisecond, computed
+//! from `window_end` as the output is laid out ([`window_time`]).
+//!
 //! Within one window, `window_start` and `window_end` are constants, so the
 //! query is the per-window query of the contract (`../shared/design.md` §1)
 //! once they are taken out: grouping by them, joining or filtering on
@@ -62,6 +66,23 @@ use crate::spec::{
 enum Bound {
     Start,
     End,
+    /// Flink's `window_time`: the window's last millisecond (its end less
+    /// 1 ms), in the bounds' type.
+    Time,
+}
+
+/// The index [`Layout::project`] gives a shown `window_time`: not a column
+/// of the runtime's rows, but their `window_end` less 1 ms (see
+/// [`window_time`]).
+pub(crate) const WINDOW_TIME: usize = usize::MAX;
+
+/// The `window_time` of rows whose `window_end` column is `end`: each end
+/// less 1 ms, in `end`'s type (for a type coarser than milliseconds, the
+/// last instant it holds before the end).
+pub(crate) fn window_time(end: &arrow::array::ArrayRef) -> Result<arrow::array::ArrayRef> {
+    let ms = crate::time::to_millis(end.as_ref())?;
+    let last: Vec<i64> = ms.values().iter().map(|e| e.saturating_sub(1)).collect();
+    Ok(crate::time::bound_array(&last, end.data_type()))
 }
 
 /// Where an output column comes from, in the query's order.
@@ -113,9 +134,13 @@ impl Layout {
         for s in &self.slots {
             match s {
                 Slot::Bound(b, name) => {
-                    let i = if *b == Bound::Start { 0 } else { 1 };
+                    let (i, of) = match b {
+                        Bound::Start => (0, 0),
+                        Bound::End => (1, 1),
+                        Bound::Time => (WINDOW_TIME, 1),
+                    };
                     idx.push(i);
-                    fields.push(runtime.field(i).clone().with_name(name));
+                    fields.push(runtime.field(of).clone().with_name(name));
                 }
                 Slot::Query | Slot::Rest => {
                     while next < n_query {
@@ -1205,6 +1230,7 @@ impl Rewriter<'_> {
                 };
                 self.names.insert("window_start".into(), Bound::Start);
                 self.names.insert("window_end".into(), Bound::End);
+                self.names.insert("window_time".into(), Bound::Time);
                 self.declared.push(Declared {
                     text,
                     at,
@@ -1370,6 +1396,7 @@ impl Rewriter<'_> {
         let bound = match part {
             "START" => Bound::Start,
             "END" => Bound::End,
+            "ROWTIME" => Bound::Time,
             _ => return None,
         };
         let (kind, time) = self.legacy_window(f, window).ok()?;
@@ -1384,9 +1411,9 @@ impl Rewriter<'_> {
     }
 
     /// A call to `TUMBLE_START`, `HOP_END`, … in the select list that is not
-    /// a bound of the window the query declares, or one to a `_ROWTIME` or
-    /// `_PROCTIME` function (which Þund's windows do not have): an error
-    /// that says what to select.
+    /// a bound of the window the query declares, or one to a `_PROCTIME`
+    /// function (Þund's windows are in event time): an error that says what
+    /// to select.
     fn unknown_legacy_bound(&self, e: &Expr) -> Result<()> {
         let Expr::Function(f) = e else {
             return Ok(());
@@ -1398,10 +1425,10 @@ impl Rewriter<'_> {
             return Ok(());
         }
         let at = position(f);
-        if matches!(part, "ROWTIME" | "PROCTIME") {
+        if part == "PROCTIME" {
             return Err(self.err(format!(
-                "`{f}` ({at}): a window's time attribute is not supported; select \
-                 {window}_END (the window's end), or window_end"
+                "`{f}` ({at}): windows are in event time, and have no processing time; \
+                 select {window}_ROWTIME (the window's last millisecond) or {window}_END"
             )));
         }
         // (what is wrong with its arguments, if anything)

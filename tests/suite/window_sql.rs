@@ -433,10 +433,10 @@ fn malformed_window_calls_name_the_call_and_its_position() {
             &["`HOP_END(ts, INTERVAL '1' SECOND, INTERVAL '2' SECOND)` (line 1, column 11)", "none: group by `HOP(…)` to declare one"],
         ),
         (
-            "SELECT k, SESSION_ROWTIME(ts, INTERVAL '1' SECOND) AS r, COUNT(*) AS c FROM t \
+            "SELECT k, SESSION_PROCTIME(ts, INTERVAL '1' SECOND) AS r, COUNT(*) AS c FROM t \
              GROUP BY k, SESSION(ts, INTERVAL '1' SECOND)",
             None,
-            &["`SESSION_ROWTIME(ts, INTERVAL '1' SECOND)` (line 1, column 11)", "time attribute is not supported", "SESSION_END"],
+            &["`SESSION_PROCTIME(ts, INTERVAL '1' SECOND)` (line 1, column 11)", "no processing time", "SESSION_ROWTIME"],
         ),
         (
             "SELECT k, COUNT(*) AS c FROM t GROUP BY k, TUMBLE(ts, INTERVAL '1' SECOND) \
@@ -706,6 +706,113 @@ fn interval_units_read_in_any_case_equal_the_spec() {
             "{size}: {msg}"
         );
     }
+}
+
+/// Flink's `window_time` (and its legacy `TUMBLE_ROWTIME`) is the window's
+/// last millisecond: each row's `window_end` less 1 ms, where and as the
+/// query selects it (also grouped by), on both paths and in Update mode; the
+/// rest of each row is the spec's. `TUMBLE_PROCTIME`, a bound in arithmetic
+/// and a source column named `window_time` are refused, naming them.
+#[test]
+fn window_time_is_the_windows_last_millisecond() {
+    use arrow::array::{Array, Int64Array};
+    let millis = |b: &RecordBatch, name: &str| -> Vec<i64> {
+        let col = b
+            .column_by_name(name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        let col = arrow::compute::cast(col, &arrow::datatypes::DataType::Int64).expect("cast");
+        let col = col.as_any().downcast_ref::<Int64Array>().expect("i64");
+        (0..col.len()).map(|i| col.value(i)).collect()
+    };
+    let queries = [
+        "SELECT window_time AS wt, window_end AS we, k, COUNT(*) AS c \
+         FROM TUMBLE(t, ts, INTERVAL '2' SECOND) GROUP BY k, window_start, window_end, window_time",
+        "SELECT TUMBLE_ROWTIME(ts, INTERVAL '2' SECOND) AS wt, \
+         TUMBLE_END(ts, INTERVAL '2' SECOND) AS we, k, COUNT(*) AS c \
+         FROM t GROUP BY TUMBLE(ts, INTERVAL '2' SECOND), k",
+        "SELECT window_time AS wt, window_end AS we, k, COUNT(*) AS c \
+         FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '3' SECOND)) \
+         GROUP BY window_start, window_end, k",
+    ];
+    for (sql, window) in queries.iter().zip([
+        WindowSpec::tumbling(Duration::from_secs(2)),
+        WindowSpec::tumbling(Duration::from_secs(2)),
+        WindowSpec::hopping(Duration::from_secs(3), Duration::from_secs(1)),
+    ]) {
+        let want = canon(&run_rows(
+            &mut engine_with("SELECT k, COUNT(*) AS c FROM t GROUP BY k", Some(window)),
+            "v",
+        ));
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let out = run_rows(&mut engine_on(sql, None, exec), "v");
+            let (mut ends, mut times) = (Vec::new(), Vec::new());
+            for b in &out {
+                ends.extend(millis(b, "we"));
+                times.extend(millis(b, "wt"));
+            }
+            assert!(ends.len() > 3, "{sql}: several windows close");
+            let last: Vec<i64> = ends.iter().map(|e| e - 1).collect();
+            assert_eq!(times, last, "{sql} {exec:?}");
+            // the rest of each row: the spec's window end, key and count
+            let mut rest: Vec<String> = canon(&out)
+                .iter()
+                .map(|r| r.split_once('|').expect("wt|…").1.to_string())
+                .collect();
+            rest.sort();
+            let mut spec: Vec<String> = want
+                .iter()
+                .map(|r| r.split_once('|').expect("ws|…").1.to_string())
+                .collect();
+            spec.sort();
+            assert_eq!(rest, spec, "{sql} {exec:?}");
+        }
+    }
+    // Update mode: each changed row carries its window's last millisecond
+    let mut e = Engine::builder().build().expect("engine");
+    e.create_view(
+        ViewSpec::builder("v", queries[0])
+            .source("t", "ts", common::schema())
+            .output(OutputMode::Update)
+            .build()
+            .expect("spec"),
+    )
+    .expect("view");
+    let out = run_rows(&mut e, "v");
+    let times: Vec<i64> = out.iter().flat_map(|b| millis(b, "wt")).collect();
+    let ends: Vec<i64> = out.iter().flat_map(|b| millis(b, "we")).collect();
+    assert!(!ends.is_empty());
+    assert_eq!(times, ends.iter().map(|e| e - 1).collect::<Vec<_>>());
+    for (sql, want) in [
+        (
+            "SELECT TUMBLE_PROCTIME(ts, INTERVAL '2' SECOND) AS p, COUNT(*) AS c \
+             FROM t GROUP BY TUMBLE(ts, INTERVAL '2' SECOND)",
+            &["TUMBLE_PROCTIME", "no processing time", "TUMBLE_ROWTIME"][..],
+        ),
+        (
+            "SELECT window_time + INTERVAL '1' SECOND AS x, COUNT(*) AS c \
+             FROM TUMBLE(t, ts, INTERVAL '2' SECOND) GROUP BY window_start, window_end",
+            &["window_time"],
+        ),
+    ] {
+        let msg = refused(sql, None);
+        for w in want {
+            assert!(msg.contains(w), "{sql}: {w}: {msg}");
+        }
+    }
+    let mut e = Engine::builder().build().expect("engine");
+    let msg = e
+        .execute_sql(
+            "CREATE SOURCE s (k BIGINT, window_time BIGINT, ts TIMESTAMP, \
+             WATERMARK FOR ts AS ts);
+             CREATE VIEW v AS SELECT k, COUNT(*) AS c FROM TUMBLE(s, ts, INTERVAL '2' SECOND) \
+             GROUP BY k, window_start, window_end;",
+        )
+        .expect_err("a source column named window_time")
+        .to_string();
+    assert!(
+        msg.contains("`window_time`") && msg.contains("rename it"),
+        "{msg}"
+    );
 }
 
 /// A day-time interval in several fields, as the SQL standard and Flink
