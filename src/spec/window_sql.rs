@@ -825,7 +825,7 @@ fn fields(
                 return Err(format!("`{e}` must be a whole number of milliseconds"));
             }
             let milli: u128 = format!("{milli:0<3}").parse().map_err(|_| shape())?;
-            ms += milli;
+            ms = ms.checked_add(milli).ok_or_else(too_large)?;
         }
     }
     let ms = u64::try_from(ms).map_err(|_| too_large())?;

@@ -913,6 +913,11 @@ fn intervals_in_several_fields_read_as_their_sum() {
             "INTERVAL '3000000000000000:00' MINUTE TO SECOND",
             &["too large"],
         ),
+        // u128::MAX milliseconds lie between 31.455 and 31.456 seconds past these minutes
+        (
+            "INTERVAL '5671372782015641057722910123862803:31.456' MINUTE TO SECOND",
+            &["too large"],
+        ),
     ] {
         let msg = refused(
             &format!(
