@@ -283,7 +283,8 @@ impl Acc {
     pub(crate) fn insert(kinds: &[AggKind], states: &[AggState]) -> Self {
         let mut overflow = kinds.len() != states.len();
         if kinds.len() <= INLINE {
-            // (the most: every non-empty slot fits inline)
+            // (the most: every non-empty slot fits inline; built here, not by `Builder`,
+            // whose spill check costs q12 and q19 1.9 % of their instructions)
             let (mut ks, mut slots, mut present, mut at) =
                 ([AggKind::Count; INLINE], [Slot::EMPTY; INLINE], 0u64, 0);
             for (i, (k, s)) in kinds.iter().zip(states).enumerate() {
