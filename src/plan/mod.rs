@@ -310,10 +310,10 @@ impl Planned {
     }
 }
 
-/// A session window's gap (ms) and key columns; `None` for other windows.
 /// `e` over `schema` as a physical expression, coerced and simplified as
 /// DataFusion's optimizer leaves the expressions the recompute path runs:
-/// some functions (`coalesce`, `nvl`) only run once simplified. No query
+/// some functions (`coalesce`, `nvl`) only run once simplified, and `AND`
+/// and `OR` evaluate left to right ([`crate::paths::sql::logic`]). No query
 /// start time is given, so `now()` is not frozen at the view's creation.
 pub(crate) fn physical(
     ctx: &SessionContext,
@@ -329,9 +329,11 @@ pub(crate) fn physical(
             .build(),
     );
     let e = simplifier.simplify(simplifier.coerce(e.clone(), schema)?)?;
-    ctx.create_physical_expr(e, schema)
+    // AND and OR left to right, row by row, as the recompute path runs them
+    crate::paths::sql::logic::lazy(ctx.create_physical_expr(e, schema)?)
 }
 
+/// A session window's gap (ms) and key columns; `None` for other windows.
 fn session_plan(window: &crate::spec::WindowSpec) -> Option<(i64, Vec<String>)> {
     match &window.kind {
         crate::spec::WindowKind::Session { gap, key } => Some((crate::spec::ms(*gap), key.clone())),

@@ -156,11 +156,12 @@ impl Tables {
     }
 
     /// A DataFusion session over the views as of the last trigger, each
-    /// registered under its name: any DataFusion SQL runs on it, and all of
+    /// registered under its name: any DataFusion SQL runs on it (with `AND`
+    /// and `OR` evaluated left to right, row by row, as in views), and all of
     /// its queries see that one trigger, however many run later.
     pub fn session(&self) -> SessionContext {
         let snap = self.snapshot();
-        let ctx = SessionContext::new();
+        let ctx = crate::paths::sql::session(datafusion::prelude::SessionConfig::new());
         for (name, t) in snap.views.iter().filter(|(_, t)| t.contents.enabled) {
             let table = provider::ViewProvider::new(t.contents.clone());
             // a view name is unique within an engine: registering cannot clash

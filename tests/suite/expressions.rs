@@ -6,6 +6,11 @@
 //!   aggregate's argument or its FILTER that would fail on a row WHERE
 //!   refuses (a cast of an infinity to an integer, a division by zero) is
 //!   not evaluated on that row; without the WHERE both paths fail alike.
+//! * AND and OR evaluate left to right, row by row: the right operand only
+//!   on the rows the left does not decide, whatever rows share a batch. So
+//!   `v <> 0 AND 100 / v > 1` (also as a boolean CASE, which DataFusion
+//!   rewrites into AND/OR) guards the division on both paths, and
+//!   `100 / v > 1 AND v <> 0` fails on both.
 //! * Functions DataFusion only runs once its optimizer simplified them
 //!   (`COALESCE`, `NVL`) run, and so do the datetime, string, unicode and
 //!   regular-expression functions (`EXTRACT`, `SUBSTR`, `~`, …).
@@ -38,6 +43,20 @@ const UNGUARDED: &[&str] = &[
     "SELECT CAST(f AS BIGINT) AS fi, COUNT(*) AS n FROM t GROUP BY CAST(f AS BIGINT)",
     "SELECT k, SUM(100 / v) AS q FROM t GROUP BY k",
 ];
+
+/// Guards written with AND, OR and a boolean CASE, in WHERE, FILTER and an
+/// aggregate's argument.
+const GUARDED_LOGIC: &[&str] = &[
+    "SELECT k, COUNT(*) AS n FROM t WHERE v <> 0 AND 100 / v > 1 GROUP BY k",
+    "SELECT k, COUNT(*) AS n, SUM(v) AS sv FROM t WHERE v = 0 OR 100 / v > 1 GROUP BY k",
+    "SELECT k, COUNT(*) FILTER (WHERE v <> 0 AND 100 / v > 1) AS c FROM t GROUP BY k",
+    "SELECT k, COUNT(*) AS n FROM t WHERE CASE WHEN v <> 0 THEN 100 / v > 1 ELSE false END GROUP BY k",
+    "SELECT k, SUM(CASE WHEN v <> 0 AND 100 / v > 1 THEN 1 ELSE 0 END) AS s FROM t GROUP BY k",
+];
+
+/// The same guard the other way round, which guards nothing.
+const UNGUARDED_LOGIC: &str =
+    "SELECT k, COUNT(*) AS n FROM t WHERE 100 / v > 1 AND v <> 0 GROUP BY k";
 
 /// Functions of DataFusion's datetime, string, unicode and regular
 /// expression families (enabled as features of the `datafusion` crate).
@@ -161,6 +180,23 @@ proptest! {
     }
 
     #[test]
+    fn and_or_guard_left_to_right_on_both_paths_in_any_batch(
+        c in case(vec![Some(1.5), None]).prop_map(|mut c| {
+            c.triggers[0].push((0, None, Some(0), None, 100));
+            c
+        })
+    ) {
+        agree(&c, GUARDED_LOGIC)?;
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let r = run(&c, UNGUARDED_LOGIC, exec);
+            prop_assert!(
+                matches!(&r, Err(thund::Error::Evaluation { .. })),
+                "{UNGUARDED_LOGIC} ({exec:?}): {r:?}"
+            );
+        }
+    }
+
+    #[test]
     fn functions_and_nan_results_agree_on_both_paths(
         // sums of these are exact in any order: only infinities make a NaN
         c in case(vec![
@@ -195,4 +231,30 @@ fn a_nan_that_changes_sign_is_no_change() {
     // inf, NaN, nothing, nothing, and the final row at the end
     assert_eq!(shown, [1, 1, 0, 0, 1], "{want:?}");
     assert_eq!(run(&c, sql, ExecMode::Auto).expect("incremental"), want);
+}
+
+/// A guard that DataFusion's `AND` kept on a batch with few rows it lets
+/// through (the right operand evaluated on those alone) and broke on a
+/// window's rows (evaluated on all): the incremental path emitted rows, the
+/// recompute path failed dividing by zero. Both now emit the same rows.
+#[test]
+fn a_guard_holds_however_its_rows_are_batched() {
+    let row = |v: i64, t: i64| (1, None, Some(v), None, t);
+    // one trigger: a tenth of its rows pass the guard; in the first window, half
+    let mut rows = vec![row(5, 1_000), row(0, 2_000)];
+    rows.extend((0..8).map(|i| row(0, 3_000 + i)));
+    rows.push(row(5, 9_000));
+    for mode in [thund::OutputMode::Append, thund::OutputMode::Update] {
+        let c = Triggers {
+            triggers: vec![rows.clone()],
+            mode,
+            workers: 1,
+        };
+        for sql in GUARDED_LOGIC {
+            let want = run(&c, sql, ExecMode::Recompute);
+            let got = run(&c, sql, ExecMode::Auto);
+            assert!(want.is_ok(), "{sql} ({mode:?}): {want:?}");
+            assert_eq!(got.ok(), want.ok(), "{sql} ({mode:?})");
+        }
+    }
 }

@@ -5,6 +5,7 @@
 
 pub(crate) mod checked;
 pub(crate) mod live;
+pub(crate) mod logic;
 
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::TableReference;
 use datafusion::datasource::MemTable;
 use datafusion::execution::context::SQLOptions;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::ExecutionPlan;
@@ -23,6 +25,17 @@ use super::SourceInfo;
 use crate::error::{Error, Result};
 use crate::time::EventTime;
 use crate::window::Window;
+
+/// A DataFusion session with `config` in which SQL runs as Þund runs it:
+/// `AND` and `OR` evaluated left to right, row by row (see [`logic`]).
+pub(crate) fn session(config: SessionConfig) -> SessionContext {
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(logic::LazyLogicRule))
+        .build();
+    SessionContext::new_with_state(state)
+}
 
 /// The view's SQL planned once over in-memory tables whose contents are swapped per evaluation.
 #[derive(Clone)]
@@ -50,7 +63,7 @@ impl SqlEvaluator {
         let config = SessionConfig::new()
             .with_target_partitions(1)
             .with_information_schema(false);
-        let ctx = SessionContext::new_with_config(config);
+        let ctx = session(config);
         let mut tables = Vec::new();
         for s in sources {
             let t = Arc::new(
