@@ -288,6 +288,48 @@ fn side(
     }
 }
 
+/// The join's sides as DataFusion's filter pushdown leaves them, which the
+/// recompute path runs: the conditions of the query (`WHERE`, `ON`) that
+/// read one side only, and those it infers for the other side through the
+/// equi-join keys (`WHERE a.k > 1` with `a.k = b.k` also filters `b`), move
+/// into that side, below its projections and after its own filters. Each
+/// side's rows then meet a condition that can fail (`100 / b.v > 1`) on
+/// both paths alike: a row without a partner in its window too. The pairs
+/// are still filtered by all of them (which the rows they come from pass).
+fn pushed_sides(
+    plan: &LogicalPlan,
+    join: &datafusion::logical_expr::Join,
+) -> Result<[LogicalPlan; 2], FallbackReason> {
+    use datafusion::optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate;
+    use datafusion::optimizer::push_down_filter::PushDownFilter;
+    use datafusion::optimizer::{Optimizer, OptimizerContext};
+    let optimizer = Optimizer::with_rules(vec![
+        Arc::new(ExtractEquijoinPredicate::new()),
+        Arc::new(PushDownFilter::new()),
+    ]);
+    let pushed = optimizer
+        .optimize(plan.clone(), &OptimizerContext::new(), |_, _| {})
+        .map_err(|e| shape(format!("pushing its conditions into the sides: {e}")))?;
+    let mut sides = None;
+    pushed
+        .apply_with_subqueries(|p| {
+            if let LogicalPlan::Join(j) = p {
+                sides = Some([j.left.as_ref().clone(), j.right.as_ref().clone()]);
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(|e| shape(e.to_string()))?;
+    match sides {
+        Some([l, r]) if l.schema() == join.left.schema() && r.schema() == join.right.schema() => {
+            Ok([l, r])
+        }
+        _ => Err(shape(
+            "its sides change shape when its conditions are pushed into them",
+        )),
+    }
+}
+
 /// Whether `e` holds a subquery.
 fn has_subquery(e: &Expr) -> bool {
     let mut found = false;
@@ -398,6 +440,7 @@ pub(crate) fn compile(
         return Err(shape("the join has no equality between its sides"));
     }
     let read = columns_read(plan, &node, &on);
+    let pushed = pushed_sides(plan, join)?;
     let nulls_meet = matches!(
         join.null_equality,
         datafusion::common::NullEquality::NullEqualsNull
@@ -410,7 +453,7 @@ pub(crate) fn compile(
     let mut keys_shown = Vec::new();
     for (i, input) in [&join.left, &join.right].into_iter().enumerate() {
         let (mut steps, mut shown) = (Vec::new(), Vec::new());
-        let source = side(input, ctx, &mut steps, &mut shown)?;
+        let source = side(&pushed[i], ctx, &mut steps, &mut shown)?;
         let schema = input.schema();
         let mut keys = Vec::new();
         for (j, pair) in on.iter().enumerate() {
