@@ -199,7 +199,9 @@ impl Engine {
             Some(w) => w.schema.clone(),
             None => runtime.output_schema(),
         };
-        let (fingerprint, fingerprint_parts) = view_fingerprint(&spec, &sources, &plan, &output);
+        let as_written = written.as_ref().map(|w| w.sql.as_str());
+        let (fingerprint, fingerprint_parts) =
+            view_fingerprint(&spec, as_written, &sources, &plan, &output);
         let runtime_schema = runtime.output_schema();
         let key = crate::table::key_columns(&logical).map(|cols| {
             let offset = if spec.window.is_some() { 2 } else { 0 };
@@ -1398,9 +1400,11 @@ impl Engine {
 /// or in the SQL (both give the same per-window SQL and window, and where
 /// the SQL puts the bounds is in the output's columns). The fingerprint is a
 /// hash of all parts; the parts are stored beside it so a mismatch can say
-/// what changed.
+/// what changed. Beside them, outside the hash, the SQL as written where a
+/// window in it was lowered ([`AS_WRITTEN`]), which a mismatch shows.
 fn view_fingerprint(
     spec: &ViewSpec,
+    written: Option<&str>,
     sources: &[crate::paths::SourceInfo],
     plan: &ViewPlan,
     output: &arrow::datatypes::Schema,
@@ -1450,8 +1454,17 @@ fn view_fingerprint(
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join("|");
+    let mut parts = parts;
+    if let Some(w) = written {
+        parts.insert(AS_WRITTEN.to_string(), w.to_string());
+    }
     (fingerprint(&format!("v3|{text}")), parts)
 }
+
+/// The fingerprint part that holds the SQL as written, where a window in it
+/// was lowered: not hashed (the `sql` part is, lowered, as the spec form of
+/// the same view gives it), shown instead of the `sql` part when that changed.
+const AS_WRITTEN: &str = "sql as written";
 
 /// The fingerprint parts stored in `epoch`'s manifest (empty if unreadable).
 fn stored_parts(
@@ -1497,14 +1510,21 @@ fn changed_parts(stored: &BTreeMap<String, String>, now: &BTreeMap<String, Strin
     if stored.is_empty() {
         return vec!["the view (this checkpoint predates per-part fingerprints)".to_string()];
     }
+    // the SQL as the user wrote it, where both sides kept it
+    let written = |k: &str, v: &'_ str| -> (Option<String>, String) {
+        match (k, stored.get(AS_WRITTEN), now.get(AS_WRITTEN)) {
+            ("sql", Some(was), Some(now)) => (Some(was.clone()), now.clone()),
+            _ => (stored.get(k).cloned(), v.to_string()),
+        }
+    };
     now.iter()
-        .filter(|(k, v)| stored.get(*k) != Some(*v))
-        .map(|(k, v)| match stored.get(k) {
-            Some(was) => {
-                let (was, now) = around(was, v);
+        .filter(|(k, v)| k.as_str() != AS_WRITTEN && stored.get(*k) != Some(*v))
+        .map(|(k, v)| match written(k, v) {
+            (Some(was), v) => {
+                let (was, now) = around(&was, &v);
                 format!("the {k} (was: {was}; now: {now})")
             }
-            None => format!("the {k} (now: {})", around("", v).1),
+            (None, v) => format!("the {k} (now: {})", around("", &v).1),
         })
         .collect()
 }

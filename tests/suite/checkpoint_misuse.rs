@@ -303,6 +303,46 @@ fn epoch_is_plain_parquet(in_sql: bool) {
     assert_eq!(table_rows, closed);
 }
 
+/// A view whose window is in its SQL and whose SQL changed is refused
+/// showing the SQL as its author wrote it (with `TUMBLE(…)`), not the query
+/// Þund lowered it to; the fingerprint is the same as before (the SQL as
+/// written is kept beside the hashed parts).
+#[test]
+fn a_changed_view_shows_its_sql_as_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = format!("file://{}", dir.path().display());
+    run(&root, 2, true);
+    let mut e = Engine::builder()
+        .with_state_root(&root)
+        .build()
+        .expect("engine");
+    let mut changed = view(true);
+    assert!(changed.sql.contains("TUMBLE("), "{}", changed.sql);
+    changed.sql = changed.sql.replace("COUNT(*)", "MAX(v)");
+    assert_ne!(changed.sql, view(true).sql);
+    let err = e.create_view(changed.clone()).expect_err("the SQL changed");
+    let Error::ViewChanged { changed: parts, .. } = &err else {
+        panic!("expected ViewChanged, got {err}");
+    };
+    let sql = parts
+        .iter()
+        .find(|p| p.starts_with("the sql ("))
+        .unwrap_or_else(|| panic!("the sql is among {parts:?}"));
+    assert!(sql.contains("MAX(v)") && sql.contains("COUNT(*)"), "{sql}");
+    assert!(sql.matches("TUMBLE(").count() == 2, "{sql}");
+    assert!(
+        parts.iter().all(|p| !p.starts_with("the sql as written")),
+        "{parts:?}"
+    );
+    // the view as it was resumes: the SQL as written is no part of the hash
+    let mut same = Engine::builder()
+        .with_state_root(&root)
+        .build()
+        .expect("engine");
+    same.create_view(view(true)).expect("the same view resumes");
+    assert_eq!(same.recovery("v").expect("view").map(|r| r.epoch), Some(2));
+}
+
 #[test]
 fn a_crashed_first_checkpoint_is_a_cold_start_that_says_so() {
     let dir = tempfile::tempdir().expect("tempdir");
