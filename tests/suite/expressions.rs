@@ -258,3 +258,27 @@ fn a_guard_holds_however_its_rows_are_batched() {
         }
     }
 }
+
+/// A query DataFusion cannot plan whatever the rows are is refused when the
+/// view is made, on both paths, as an error of its SQL — not at its first
+/// trigger with rows. (Here DataFusion's own check refuses the sort it
+/// planned for a window function ordered by a `CASE` that holds an `AND`
+/// that can fail.)
+#[test]
+fn a_query_datafusion_cannot_plan_is_refused_when_the_view_is_made() {
+    let sql = "SELECT k, v FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k \
+               ORDER BY CASE WHEN v <> 0 AND 100 / v > 1 THEN 1 ELSE 0 END DESC, ts) AS rn \
+               FROM t) WHERE rn <= 2";
+    for exec in [ExecMode::Auto, ExecMode::Recompute] {
+        let spec = ViewSpec::builder("v", sql)
+            .source("t", "ts", schema())
+            .window(WindowSpec::tumbling(Duration::from_secs(3)))
+            .mode(exec)
+            .build()
+            .expect("spec");
+        let mut e = thund::Engine::builder().build().expect("engine");
+        let err = e.create_view(spec).expect_err("refused when made");
+        assert!(matches!(&err, thund::Error::Sql { .. }), "{exec:?}: {err}");
+        assert!(err.to_string().contains("ROW_NUMBER()"), "{err}");
+    }
+}

@@ -96,12 +96,20 @@ impl SqlEvaluator {
             .map_err(sql_err)?;
         let plan = df.logical_plan().clone();
         let exec = checked::rewrite(plan.clone()).map_err(sql_err)?;
-        // what DataFusion's optimizer refuses whatever the rows are (a
-        // literal that does not cast to the type it is compared with:
-        // `WHERE k <> 'x'` of a BIGINT `k`) is a fault of the SQL, said when
-        // the view is made, not at its first trigger with rows (each
-        // evaluation optimizes the plan again)
-        ctx.state().optimize(&exec).map_err(sql_err)?;
+        // what DataFusion's optimizer or physical planner refuses whatever
+        // the rows are (a literal that does not cast to the type it is
+        // compared with: `WHERE k <> 'x'` of a BIGINT `k`; a window
+        // function's order its own check says the sort does not give) is a
+        // fault of the SQL, said when the view is made, not at its first
+        // trigger with rows (each evaluation plans the query again)
+        let state = ctx.state();
+        let optimized = state.optimize(&exec).map_err(sql_err)?;
+        rt.block_on(
+            state
+                .query_planner()
+                .create_physical_plan(&optimized, &state),
+        )
+        .map_err(sql_err)?;
         let out_schema = Arc::new(Schema::new(
             plan.schema()
                 .fields()
