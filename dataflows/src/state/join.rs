@@ -58,6 +58,13 @@ impl WindowRows {
     }
 }
 
+/// Room for a little more than `n`: a window or step slightly larger than
+/// the last one takes its rows without copying them all once more as the
+/// vector doubles.
+fn headroom(n: usize) -> usize {
+    n.saturating_add(n / 4)
+}
+
 /// One worker's part of a windowed join: its `(window, key)`s' rows, and the pairs made
 /// since they were last taken.
 #[derive(Debug, Default)]
@@ -81,8 +88,8 @@ impl JoinState {
         }
         let (rows, keys) = self.sizes;
         let w = self.windows.entry(window).or_insert_with(|| WindowRows {
-            heads: FxHashMap::with_capacity_and_hasher(keys, Default::default()),
-            rows: Vec::with_capacity(rows),
+            heads: FxHashMap::with_capacity_and_hasher(headroom(keys), Default::default()),
+            rows: Vec::with_capacity(headroom(rows)),
         });
         // the key's heads found once: read, then moved to the new row
         let at = w.rows.len();
@@ -107,7 +114,7 @@ impl JoinState {
         // room for as many as the last step made: the next step's pairs are not copied
         // again and again as their vector doubles
         let n = self.pairs.len();
-        std::mem::replace(&mut self.pairs, Vec::with_capacity(n))
+        std::mem::replace(&mut self.pairs, Vec::with_capacity(headroom(n)))
     }
 
     /// Drops the rows of `windows` (they closed).
