@@ -44,14 +44,17 @@ const UNGUARDED: &[&str] = &[
     "SELECT k, SUM(100 / v) AS q FROM t GROUP BY k",
 ];
 
-/// Guards written with AND, OR and a boolean CASE, in WHERE, FILTER and an
-/// aggregate's argument.
+/// Guards written with AND, OR and a boolean CASE, in WHERE, FILTER, an
+/// aggregate's argument and a sort.
 const GUARDED_LOGIC: &[&str] = &[
     "SELECT k, COUNT(*) AS n FROM t WHERE v <> 0 AND 100 / v > 1 GROUP BY k",
     "SELECT k, COUNT(*) AS n, SUM(v) AS sv FROM t WHERE v = 0 OR 100 / v > 1 GROUP BY k",
     "SELECT k, COUNT(*) FILTER (WHERE v <> 0 AND 100 / v > 1) AS c FROM t GROUP BY k",
     "SELECT k, COUNT(*) AS n FROM t WHERE CASE WHEN v <> 0 THEN 100 / v > 1 ELSE false END GROUP BY k",
     "SELECT k, SUM(CASE WHEN v <> 0 AND 100 / v > 1 THEN 1 ELSE 0 END) AS s FROM t GROUP BY k",
+    // in the sort of a query over the aggregate (the rest of the query)
+    "SELECT k, SUM(v) AS s FROM t WHERE v > -1000 GROUP BY k \
+     ORDER BY CASE WHEN SUM(v) <> 0 AND 1000 / SUM(v) > 1 THEN 0 ELSE 1 END, k LIMIT 2",
 ];
 
 /// The same guard the other way round, which guards nothing.

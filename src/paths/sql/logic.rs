@@ -34,7 +34,7 @@ use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::expressions::{
     BinaryExpr, Column, IsNotNullExpr, IsNullExpr, Literal, NotExpr,
 };
-use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, PhysicalGroupBy};
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
@@ -43,6 +43,7 @@ use datafusion::physical_plan::joins::{
     HashJoinExec, HashJoinExecBuilder, NestedLoopJoinExec, NestedLoopJoinExecBuilder,
 };
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::ExecutionPlan;
 
 type Result<T> = datafusion::error::Result<T>;
@@ -248,8 +249,8 @@ fn lazy_filter(f: Option<&JoinFilter>) -> Result<Option<JoinFilter>> {
 
 /// The physical optimizer's last rule in the recompute path's session: the
 /// expressions of filters, projections, aggregates (arguments, `FILTER`s,
-/// group keys) and join filters with [`lazy`] logic. Expressions of other
-/// operators (sort keys, window functions' arguments) keep DataFusion's.
+/// group keys), sorts and join filters with [`lazy`] logic. Window
+/// functions' arguments and keys keep DataFusion's.
 #[derive(Debug, Default)]
 pub(crate) struct LazyLogicRule;
 
@@ -306,6 +307,22 @@ fn rewrite(p: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>>
     }
     if let Some(a) = p.downcast_ref::<AggregateExec>() {
         return aggregate(a);
+    }
+    if let Some(so) = p.downcast_ref::<SortExec>() {
+        let (exprs, changed) = lazy_all(so.expr().iter().map(|e| Arc::clone(&e.expr)))?;
+        if !changed {
+            return Ok(None);
+        }
+        let keys = exprs
+            .into_iter()
+            .zip(so.expr().iter())
+            .map(|(expr, old)| PhysicalSortExpr::new(expr, old.options));
+        let ordering = LexOrdering::new(keys)
+            .ok_or_else(|| DataFusionError::Internal("a sort without keys".to_string()))?;
+        let new = SortExec::new(ordering, Arc::clone(so.input()))
+            .with_fetch(so.fetch())
+            .with_preserve_partitioning(so.preserve_partitioning());
+        return Ok(Some(Arc::new(new)));
     }
     if let Some(j) = p.downcast_ref::<HashJoinExec>() {
         return Ok(match lazy_filter(j.filter())? {
