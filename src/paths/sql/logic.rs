@@ -166,10 +166,12 @@ fn boolean(a: arrow::array::ArrayRef) -> Result<BooleanArray> {
         DataType::Boolean => a,
         _ => arrow::compute::cast(&a, &DataType::Boolean)?,
     };
-    Ok(a.as_any()
+    // (a cast to Boolean gives a BooleanArray: anything else is a fault here,
+    // said, not read as NULLs)
+    a.as_any()
         .downcast_ref::<BooleanArray>()
         .cloned()
-        .unwrap_or_else(|| BooleanArray::new_null(a.len())))
+        .ok_or_else(|| DataFusionError::Internal(format!("AND/OR of a {}", a.data_type())))
 }
 
 /// Whether evaluating `e` can fail: anything but columns, literals,
