@@ -1436,7 +1436,7 @@ fn view_fingerprint(
         })
         .collect::<Vec<_>>()
         .join("; ");
-    let parts: BTreeMap<String, String> = [
+    let mut parts: BTreeMap<String, String> = [
         ("name", spec.name.clone()),
         ("sql", spec.sql.clone()),
         ("sources", sources),
@@ -1454,7 +1454,6 @@ fn view_fingerprint(
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join("|");
-    let mut parts = parts;
     if let Some(w) = written {
         parts.insert(AS_WRITTEN.to_string(), w.to_string());
     }
