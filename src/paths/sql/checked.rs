@@ -12,15 +12,22 @@
 //!   precision (or past 128 bits) is the same error (DataFusion's wraps).
 //! * `AVG` over decimals is exact and an overflow of its result is the same
 //!   error (DataFusion's is an untyped execution error).
+//! * `AVG` over integers sums exactly (an `i128`) and divides once: the sum
+//!   rounded to `f64`, over the count. DataFusion's adds the values as
+//!   `f64`s, which near the `i64` limits cancels to another value entirely
+//!   (`i64::MIN`, `-463`, `2^62`, `2^62`, in that order, average to `0.0`,
+//!   not `-115.75`).
 //! * `MIN`/`MAX` over floats use the total order in which `-0.0 = 0.0` and
 //!   NaN sorts above every number (PostgreSQL's), independent of row order.
 //!
-//! The replacements keep DataFusion's names (`sum`, `min`, `max`), so the
+//! The replacements keep DataFusion's names (`sum`, `avg`, `min`, `max`), so the
 //! plan's columns are unchanged. `SUM(DISTINCT …)` is left to DataFusion.
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, Decimal128Array, Float64Array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array,
+};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -29,8 +36,8 @@ use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{
-    Accumulator, Aggregate, AggregateUDF, AggregateUDFImpl, Expr, ExprSchemable, LogicalPlan,
-    Signature, Volatility,
+    Accumulator, Aggregate, AggregateUDF, AggregateUDFImpl, EmitTo, Expr, ExprSchemable,
+    GroupsAccumulator, LogicalPlan, Signature, Volatility,
 };
 
 /// An aggregate whose value does not fit its SQL type.
@@ -125,6 +132,10 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
         "sum" if matches!(dt, DataType::Decimal128(_, _)) && !p.distinct => Arc::new(CheckedSum {
             label: label("SUM"),
             out: af.func.return_type(std::slice::from_ref(&dt))?,
+            signature: Signature::any(1, Volatility::Immutable),
+        }),
+        "avg" if integer => Arc::new(ExactAvg {
+            label: label("AVG"),
             signature: Signature::any(1, Volatility::Immutable),
         }),
         "avg" if matches!(dt, DataType::Decimal128(_, _)) => Arc::new(CheckedAvg {
@@ -419,18 +430,7 @@ impl AggregateUDFImpl for CheckedAvg {
         Ok(self.out.clone())
     }
     fn state_fields(&self, args: StateFieldsArgs) -> datafusion::error::Result<Vec<FieldRef>> {
-        Ok(vec![
-            Arc::new(Field::new(
-                format_state_name(args.name, "sum"),
-                DataType::Decimal128(38, 0),
-                true,
-            )),
-            Arc::new(Field::new(
-                format_state_name(args.name, "count"),
-                DataType::Int64,
-                true,
-            )),
-        ])
+        Ok(avg_state_fields(args.name))
     }
     fn accumulator(&self, _: AccumulatorArgs) -> datafusion::error::Result<Box<dyn Accumulator>> {
         let (DataType::Decimal128(_, s_in), DataType::Decimal128(_, s_out)) =
@@ -502,6 +502,263 @@ impl Accumulator for AvgAcc {
     }
     fn size(&self) -> usize {
         std::mem::size_of_val(self) + self.sum.label.capacity()
+    }
+}
+
+/// The state of an exact `AVG`: the raw sum and the count.
+fn avg_state_fields(name: &str) -> Vec<FieldRef> {
+    vec![
+        Arc::new(Field::new(
+            format_state_name(name, "sum"),
+            DataType::Decimal128(38, 0),
+            true,
+        )),
+        Arc::new(Field::new(
+            format_state_name(name, "count"),
+            DataType::Int64,
+            true,
+        )),
+    ]
+}
+
+/// Exact integer `AVG`, as the incremental path computes it: an `i128` sum
+/// and a count, and the sum rounded to `f64` over the count.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ExactAvg {
+    label: String,
+    signature: Signature,
+}
+
+impl AggregateUDFImpl for ExactAvg {
+    fn name(&self) -> &str {
+        "avg"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Float64)
+    }
+    fn state_fields(&self, args: StateFieldsArgs) -> datafusion::error::Result<Vec<FieldRef>> {
+        Ok(avg_state_fields(args.name))
+    }
+    fn accumulator(&self, _: AccumulatorArgs) -> datafusion::error::Result<Box<dyn Accumulator>> {
+        Ok(Box::new(IntAvgAcc(IntAvgGroups::new(&self.label))))
+    }
+    fn groups_accumulator_supported(&self, _: AccumulatorArgs) -> bool {
+        true
+    }
+    fn create_groups_accumulator(
+        &self,
+        _: AccumulatorArgs,
+    ) -> datafusion::error::Result<Box<dyn GroupsAccumulator>> {
+        Ok(Box::new(IntAvgGroups::new(&self.label)))
+    }
+}
+
+/// Every group's exact integer sum and count (DataFusion's grouped
+/// aggregation calls it with a batch's group of each row).
+#[derive(Debug)]
+struct IntAvgGroups {
+    label: String,
+    sums: Vec<i128>,
+    counts: Vec<i64>,
+}
+
+impl IntAvgGroups {
+    fn new(label: &str) -> Self {
+        IntAvgGroups {
+            label: label.to_string(),
+            sums: Vec::new(),
+            counts: Vec::new(),
+        }
+    }
+
+    /// Adds `sum` and `count` to group `g`.
+    fn add(&mut self, g: usize, sum: i128, count: i64) -> datafusion::error::Result<()> {
+        let (s, c) = (&mut self.sums[g], &mut self.counts[g]);
+        match (s.checked_add(sum), c.checked_add(count)) {
+            (Some(s2), Some(c2)) => {
+                (*s, *c) = (s2, c2);
+                Ok(())
+            }
+            // (past 2^64 rows of the largest values: no input here gets there)
+            _ => Err(DataFusionError::External(Box::new(Overflow {
+                aggregate: self.label.clone(),
+                data_type: DataType::Float64,
+                value: format!("{s} + {sum}"),
+            }))),
+        }
+    }
+
+    /// Folds `values` (an integer column) into the groups `group_of` gives
+    /// each row, skipping NULLs and rows `filter` does not keep.
+    fn fold(
+        &mut self,
+        values: &ArrayRef,
+        filter: Option<&BooleanArray>,
+        total: usize,
+        group_of: impl Fn(usize) -> usize,
+    ) -> datafusion::error::Result<()> {
+        self.sums.resize(total, 0);
+        self.counts.resize(total, 0);
+        let keep = |row: usize| filter.is_none_or(|f| f.is_valid(row) && f.value(row));
+        if let Some(v) = values.as_primitive_opt::<arrow::datatypes::Int64Type>() {
+            for row in 0..v.len() {
+                if v.is_valid(row) && keep(row) {
+                    self.add(group_of(row), i128::from(v.value(row)), 1)?;
+                }
+            }
+            return Ok(());
+        }
+        // every other integer type (`UInt64` included) as a 128-bit integer
+        let d = cast(values, &DataType::Decimal128(38, 0))?;
+        let d = d.as_primitive::<arrow::datatypes::Decimal128Type>();
+        for row in 0..d.len() {
+            if d.is_valid(row) && keep(row) {
+                self.add(group_of(row), d.value(row), 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Folds states ([`avg_state_fields`]) into the groups `group_of` gives.
+    fn merge(
+        &mut self,
+        states: &[ArrayRef],
+        total: usize,
+        group_of: impl Fn(usize) -> usize,
+    ) -> datafusion::error::Result<()> {
+        self.sums.resize(total, 0);
+        self.counts.resize(total, 0);
+        let (Some(sums), Some(counts)) = (
+            states[0].as_primitive_opt::<arrow::datatypes::Decimal128Type>(),
+            states[1].as_primitive_opt::<arrow::datatypes::Int64Type>(),
+        ) else {
+            return Err(DataFusionError::Internal(
+                "AVG state is not (Decimal128, Int64)".into(),
+            ));
+        };
+        for row in 0..sums.len() {
+            let sum = if sums.is_valid(row) {
+                sums.value(row)
+            } else {
+                0
+            };
+            let count = if counts.is_valid(row) {
+                counts.value(row)
+            } else {
+                0
+            };
+            self.add(group_of(row), sum, count)?;
+        }
+        Ok(())
+    }
+
+    /// The averages of the groups `emit_to` takes (NULL for no value).
+    fn averages(&mut self, emit_to: EmitTo) -> ArrayRef {
+        let sums = emit_to.take_needed(&mut self.sums);
+        let counts = emit_to.take_needed(&mut self.counts);
+        Arc::new(Float64Array::from_iter(
+            sums.iter()
+                .zip(&counts)
+                .map(|(&s, &c)| (c > 0).then(|| s as f64 / c as f64)),
+        ))
+    }
+
+    /// The states of the groups `emit_to` takes.
+    fn states(&mut self, emit_to: EmitTo) -> datafusion::error::Result<Vec<ArrayRef>> {
+        let sums = emit_to.take_needed(&mut self.sums);
+        let counts = emit_to.take_needed(&mut self.counts);
+        Ok(vec![
+            Arc::new(Decimal128Array::from(sums).with_precision_and_scale(38, 0)?),
+            Arc::new(Int64Array::from(counts)),
+        ])
+    }
+
+    fn size(&self) -> usize {
+        std::mem::size_of_val(self)
+            + self.label.capacity()
+            + self.sums.capacity() * 16
+            + self.counts.capacity() * 8
+    }
+}
+
+impl GroupsAccumulator for IntAvgGroups {
+    fn update_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+        total_num_groups: usize,
+    ) -> datafusion::error::Result<()> {
+        self.fold(&values[0], opt_filter, total_num_groups, |row| {
+            group_indices[row]
+        })
+    }
+    fn evaluate(&mut self, emit_to: EmitTo) -> datafusion::error::Result<ArrayRef> {
+        Ok(self.averages(emit_to))
+    }
+    fn state(&mut self, emit_to: EmitTo) -> datafusion::error::Result<Vec<ArrayRef>> {
+        self.states(emit_to)
+    }
+    fn merge_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        total_num_groups: usize,
+    ) -> datafusion::error::Result<()> {
+        self.merge(values, total_num_groups, |row| group_indices[row])
+    }
+    fn convert_to_state(
+        &self,
+        values: &[ArrayRef],
+        opt_filter: Option<&BooleanArray>,
+    ) -> datafusion::error::Result<Vec<ArrayRef>> {
+        // each row its own state: its value and a count of one, or nothing
+        let mut one = IntAvgGroups::new(&self.label);
+        one.fold(&values[0], opt_filter, values[0].len(), |row| row)?;
+        one.states(EmitTo::All)
+    }
+    fn size(&self) -> usize {
+        IntAvgGroups::size(self)
+    }
+}
+
+/// [`IntAvgGroups`] of one group, for DataFusion's ungrouped aggregation
+/// (and window frames).
+#[derive(Debug)]
+struct IntAvgAcc(IntAvgGroups);
+
+impl IntAvgAcc {
+    /// The one group's sum and count.
+    fn one(&mut self) -> (i128, i64) {
+        self.0.sums.resize(1, 0);
+        self.0.counts.resize(1, 0);
+        (self.0.sums[0], self.0.counts[0])
+    }
+}
+
+impl Accumulator for IntAvgAcc {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> datafusion::error::Result<()> {
+        self.0.fold(&values[0], None, 1, |_| 0)
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> datafusion::error::Result<()> {
+        self.0.merge(states, 1, |_| 0)
+    }
+    fn state(&mut self) -> datafusion::error::Result<Vec<ScalarValue>> {
+        let (s, c) = self.one();
+        Ok(vec![
+            ScalarValue::Decimal128(Some(s), 38, 0),
+            ScalarValue::Int64(Some(c)),
+        ])
+    }
+    fn evaluate(&mut self) -> datafusion::error::Result<ScalarValue> {
+        let (s, c) = self.one();
+        Ok(ScalarValue::Float64((c > 0).then(|| s as f64 / c as f64)))
+    }
+    fn size(&self) -> usize {
+        self.0.size()
     }
 }
 
@@ -653,5 +910,58 @@ mod tests {
         let o = overflow(&err).expect("typed");
         assert_eq!(o.value, (i64::MAX as i128 + 1).to_string());
         assert_eq!(o.aggregate, "SUM(t.v)");
+    }
+
+    /// The grouped accumulator's pieces — filtered and NULL rows, other
+    /// integer types, states merged elsewhere, groups taken a few at a time —
+    /// give each group its exact sum over its count.
+    #[test]
+    fn integer_averages_fold_merge_and_emit_exactly() {
+        let avg = |s: i128, c: i64| (s as f64 / c as f64).to_bits();
+        let bits = |a: &ArrayRef| -> Vec<Option<u64>> {
+            a.as_primitive::<arrow::datatypes::Float64Type>()
+                .iter()
+                .map(|x| x.map(f64::to_bits))
+                .collect()
+        };
+        let mut g = IntAvgGroups::new("AVG(t.v)");
+        let v: ArrayRef = Arc::new(Int64Array::from(vec![
+            Some(i64::MIN),
+            Some(-463),
+            None,
+            Some(1 << 62),
+            Some(1 << 62),
+            Some(7),
+        ]));
+        // the last row filtered out; group 2 gets nothing
+        let keep = BooleanArray::from(vec![true, true, true, true, true, false]);
+        let groups = [0, 0, 0, 0, 0, 1];
+        GroupsAccumulator::update_batch(&mut g, std::slice::from_ref(&v), &groups, Some(&keep), 3)
+            .expect("fold");
+        // another accumulator's states (unsigned values), merged into group 1
+        let mut other = IntAvgGroups::new("AVG(t.v)");
+        let u: ArrayRef = Arc::new(arrow::array::UInt64Array::from(vec![u64::MAX, 1]));
+        GroupsAccumulator::update_batch(&mut other, &[u], &[0, 0], None, 1).expect("fold");
+        let states = GroupsAccumulator::state(&mut other, EmitTo::All).expect("state");
+        GroupsAccumulator::merge_batch(&mut g, &states, &[1], 3).expect("merge");
+        let first = GroupsAccumulator::evaluate(&mut g, EmitTo::First(1)).expect("first");
+        assert_eq!(bits(&first), vec![Some(avg(-463, 4))]);
+        let rest = GroupsAccumulator::evaluate(&mut g, EmitTo::All).expect("rest");
+        assert_eq!(
+            bits(&rest),
+            vec![Some(avg(i128::from(u64::MAX) + 1, 2)), None]
+        );
+        // each row as its own state
+        let own = GroupsAccumulator::convert_to_state(&g, &[v], Some(&keep)).expect("convert");
+        let counts = own[1].as_primitive::<arrow::datatypes::Int64Type>();
+        assert_eq!(counts.values().to_vec(), vec![1, 1, 0, 1, 1, 0]);
+        // ungrouped, through the row accumulator
+        let mut one = IntAvgAcc(IntAvgGroups::new("AVG(t.v)"));
+        assert_eq!(one.evaluate().expect("empty"), ScalarValue::Float64(None));
+        one.merge_batch(&own).expect("merge");
+        assert_eq!(
+            one.evaluate().expect("avg"),
+            ScalarValue::Float64(Some(-463.0 / 4.0))
+        );
     }
 }
