@@ -620,14 +620,16 @@ fn a_decimal_average_that_does_not_fit_is_an_error_on_both_paths() {
 /// A decimal `SUM` past its type's precision (or past the 128 bits it is
 /// kept in) is an overflow on both paths, as an integer one is: grouped,
 /// and in an aggregate over the groups (whose outer groups Update mode
-/// keeps). DataFusion's own decimal `SUM` wraps.
+/// keeps), and `SUM(DISTINCT …)`. DataFusion's own decimal `SUM` wraps.
 #[test]
 fn a_decimal_sum_past_its_type_is_an_overflow_on_both_paths() {
     let s = schema(DataType::Decimal128(38, 0));
     let inner = "SELECT k % 2 AS p, SUM(x) AS s FROM t GROUP BY k % 2";
     let outer = "SELECT k % 2 AS p, COUNT(*) AS n, SUM(s) AS ss FROM \
                  (SELECT k, SUM(x) AS s FROM t GROUP BY k) AS a GROUP BY k % 2";
-    for (sql, keeps) in [(inner, false), (outer, true)] {
+    // (DataFusion's own gave a tenth of the sum, past the precision)
+    let distinct = "SELECT k % 2 AS p, SUM(DISTINCT x) AS s FROM t GROUP BY k % 2";
+    for (sql, keeps) in [(inner, false), (outer, true), (distinct, false)] {
         // past the precision (38 digits), then past 128 bits
         for big in [6 * 10i128.pow(37), 9 * 10i128.pow(37)] {
             let b = RecordBatch::try_new(
@@ -635,7 +637,7 @@ fn a_decimal_sum_past_its_type_is_an_overflow_on_both_paths() {
                 vec![
                     Arc::new(Int64Array::from(vec![1, 3, 2])),
                     Arc::new(
-                        arrow::array::Decimal128Array::from(vec![big, big, 5])
+                        arrow::array::Decimal128Array::from(vec![big, big + 1, 5])
                             .with_precision_and_scale(38, 0)
                             .expect("decimal"),
                     ),

@@ -10,6 +10,8 @@
 //!   [`crate::Error::Overflow`] naming the view, the window and the aggregate.
 //! * `SUM` over decimals is exact, and a sum past the result type's
 //!   precision (or past 128 bits) is the same error (DataFusion's wraps).
+//! * `SUM(DISTINCT …)` over integers and decimals likewise (DataFusion's
+//!   gave a tenth of a decimal sum past its precision).
 //! * `AVG` over decimals is exact and an overflow of its result is the same
 //!   error (DataFusion's is an untyped execution error).
 //! * `AVG` over integers sums exactly (an `i128`) and divides once: the sum
@@ -21,7 +23,8 @@
 //!   NaN sorts above every number (PostgreSQL's), independent of row order.
 //!
 //! The replacements keep DataFusion's names (`sum`, `avg`, `min`, `max`), so the
-//! plan's columns are unchanged. `SUM(DISTINCT …)` is left to DataFusion.
+//! plan's columns are unchanged. Other `DISTINCT` aggregates (`AVG(DISTINCT
+//! …)`, which runs on the recompute path only) are DataFusion's.
 
 use std::sync::Arc;
 
@@ -114,9 +117,11 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
         let filter = p.filter.as_deref().map(|w| w as &dyn std::fmt::Display);
         crate::plan::call_name(f, p.distinct, arg, filter)
     };
-    // of DISTINCT aggregates only the integer SUM is replaced (it wraps otherwise)
+    // of DISTINCT aggregates only SUM over integers and decimals is replaced
+    // (DataFusion's wraps, or gives a decimal past its precision)
     let integer = dt.is_signed_integer() || dt.is_unsigned_integer();
-    if p.distinct && !(name == "sum" && integer) {
+    let decimal = matches!(dt, DataType::Decimal128(_, _));
+    if p.distinct && !(name == "sum" && (integer || decimal)) {
         return Ok(Transformed::no(e));
     }
     let udaf: Arc<dyn AggregateUDFImpl> = match name.as_str() {
@@ -129,7 +134,7 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
             },
             signature: Signature::any(1, Volatility::Immutable),
         }),
-        "sum" if matches!(dt, DataType::Decimal128(_, _)) && !p.distinct => Arc::new(CheckedSum {
+        "sum" if decimal => Arc::new(CheckedSum {
             label: label("SUM"),
             out: af.func.return_type(std::slice::from_ref(&dt))?,
             signature: Signature::any(1, Volatility::Immutable),
@@ -138,7 +143,7 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
             label: label("AVG"),
             signature: Signature::any(1, Volatility::Immutable),
         }),
-        "avg" if matches!(dt, DataType::Decimal128(_, _)) => Arc::new(CheckedAvg {
+        "avg" if decimal => Arc::new(CheckedAvg {
             label: label("AVG"),
             input: dt.clone(),
             out: af.func.return_type(std::slice::from_ref(&dt))?,
@@ -248,21 +253,23 @@ impl AggregateUDFImpl for CheckedSum {
         &self,
         args: AccumulatorArgs,
     ) -> datafusion::error::Result<Box<dyn Accumulator>> {
+        // a decimal sum has its inputs' scale
+        let scale = match self.out {
+            DataType::Decimal128(_, s) => s,
+            _ => 0,
+        };
         if args.is_distinct {
             return Ok(Box::new(DistinctSumAcc {
                 label: self.label.clone(),
                 out: self.out.clone(),
+                scale,
                 values: Default::default(),
             }));
         }
         Ok(Box::new(SumAcc {
             label: self.label.clone(),
             out: self.out.clone(),
-            // a decimal sum has its inputs' scale
-            scale: match self.out {
-                DataType::Decimal128(_, s) => s,
-                _ => 0,
-            },
+            scale,
             sum: None,
         }))
     }
@@ -341,18 +348,26 @@ impl Accumulator for SumAcc {
     }
 }
 
-/// Exact integer `SUM(DISTINCT …)`: the distinct values, summed exactly
-/// when the aggregate is evaluated; an error instead of a wrap.
+/// Exact integer and decimal `SUM(DISTINCT …)`: the distinct values (raw,
+/// at the inputs' scale), summed exactly when the aggregate is evaluated;
+/// an error instead of a wrap, or of a decimal past its type's precision.
 #[derive(Debug)]
 struct DistinctSumAcc {
     label: String,
     out: DataType,
+    /// The scale of the inputs (0 for integers).
+    scale: i8,
     values: std::collections::BTreeSet<i128>,
 }
 
 impl DistinctSumAcc {
-    fn add(&mut self, d: &ArrayRef) -> datafusion::error::Result<()> {
-        let d = cast(d, &DataType::Decimal128(38, 0))?;
+    /// Adds input values (`update_batch`), raw at their own scale.
+    fn add(&mut self, values: &ArrayRef) -> datafusion::error::Result<()> {
+        self.add_raw(&cast(values, &DataType::Decimal128(38, self.scale))?)
+    }
+
+    /// Adds raw values (`merge_batch`: a list of [`Self::state`]).
+    fn add_raw(&mut self, d: &ArrayRef) -> datafusion::error::Result<()> {
         let d = d
             .as_any()
             .downcast_ref::<Decimal128Array>()
@@ -374,7 +389,7 @@ impl Accumulator for DistinctSumAcc {
             .downcast_ref::<arrow::array::ListArray>()
             .ok_or_else(|| DataFusionError::Internal("SUM(DISTINCT) state is not a list".into()))?;
         for l in lists.iter().flatten() {
-            self.add(&l)?;
+            self.add_raw(&l)?;
         }
         Ok(())
     }
@@ -393,7 +408,7 @@ impl Accumulator for DistinctSumAcc {
         let mut sum = SumAcc {
             label: self.label.clone(),
             out: self.out.clone(),
-            scale: 0,
+            scale: self.scale,
             sum: None,
         };
         let values: ArrayRef = Arc::new(Decimal128Array::from_iter_values(
