@@ -4,8 +4,10 @@ use arrow::datatypes::SchemaRef;
 
 /// Parse a schema written as SQL column definitions:
 /// `"auction BIGINT, price DOUBLE, ts TIMESTAMP, d DECIMAL(10,2)"`.
-/// Types: BIGINT, INT, SMALLINT, TINYINT, DOUBLE, FLOAT/REAL, VARCHAR/TEXT/STRING,
-/// BOOLEAN, TIMESTAMP (milliseconds), DATE, DECIMAL(p,s). Columns are nullable.
+/// Types: BIGINT, INT, SMALLINT, TINYINT (each also `… UNSIGNED`, or DuckDB's
+/// UBIGINT, UINTEGER, USMALLINT, UTINYINT), DOUBLE, FLOAT/REAL,
+/// VARCHAR/TEXT/STRING, BOOLEAN, TIMESTAMP (milliseconds), DATE, DECIMAL(p,s).
+/// Columns are nullable.
 pub fn parse_schema(text: &str) -> std::result::Result<SchemaRef, String> {
     use arrow::datatypes::{Field, Schema};
     let mut parts = Vec::new();
@@ -101,6 +103,11 @@ pub(crate) fn parse_type(ty: &str) -> std::result::Result<arrow::datatypes::Data
         "INT" | "INTEGER" | "INT4" | "INT32" => DataType::Int32,
         "SMALLINT" | "INT2" => DataType::Int16,
         "TINYINT" => DataType::Int8,
+        // unsigned, as MySQL and DuckDB write them
+        "BIGINT UNSIGNED" | "UBIGINT" | "UINT64" => DataType::UInt64,
+        "INT UNSIGNED" | "INTEGER UNSIGNED" | "UINTEGER" | "UINT32" => DataType::UInt32,
+        "SMALLINT UNSIGNED" | "USMALLINT" | "UINT16" => DataType::UInt16,
+        "TINYINT UNSIGNED" | "UTINYINT" | "UINT8" => DataType::UInt8,
         "DOUBLE" | "DOUBLE PRECISION" | "FLOAT8" | "FLOAT64" => DataType::Float64,
         "FLOAT" | "REAL" | "FLOAT4" => DataType::Float32,
         "VARCHAR" | "TEXT" | "STRING" | "UTF8" | "CHARACTER VARYING" => DataType::Utf8,

@@ -700,6 +700,12 @@ fn flink_and_postgresql_type_names_are_read() {
         ),
         ("TIMESTAMPTZ", utc(TimeUnit::Millisecond)),
         ("TIMESTAMP WITH TIME ZONE", utc(TimeUnit::Millisecond)),
+        // unsigned integers, as MySQL and DuckDB write them
+        ("BIGINT UNSIGNED", DataType::UInt64),
+        ("ubigint", DataType::UInt64),
+        ("int  unsigned", DataType::UInt32),
+        ("USMALLINT", DataType::UInt16),
+        ("TINYINT UNSIGNED", DataType::UInt8),
     ] {
         let s = parse_schema(&format!("c {ty}")).unwrap_or_else(|e| panic!("{ty}: {e}"));
         assert_eq!(s.field(0).data_type(), &want, "{ty}");
