@@ -1621,9 +1621,11 @@ impl Rewriter<'_> {
                     }
                     slots.push(Slot::Rest);
                     if !here.is_empty() {
-                        // Flink's window table functions add their bounds after the source's columns
+                        // Flink's window table functions add their bounds and
+                        // `window_time` after the source's columns
                         slots.push(Slot::Bound(Bound::Start, "window_start".into()));
                         slots.push(Slot::Bound(Bound::End, "window_end".into()));
+                        slots.push(Slot::Bound(Bound::Time, "window_time".into()));
                     }
                     kept.push(item);
                     continue;

@@ -710,8 +710,8 @@ fn interval_units_read_in_any_case_equal_the_spec() {
 
 /// Flink's `window_time` (and its legacy `TUMBLE_ROWTIME`) is the window's
 /// last millisecond: each row's `window_end` less 1 ms, where and as the
-/// query selects it (also grouped by), on both paths and in Update mode; the
-/// rest of each row is the spec's. `TUMBLE_PROCTIME`, a bound in arithmetic
+/// query selects it (also grouped by), on both paths and in Update mode, and
+/// last of the columns `*` shows; the rest of each row is the spec's. `TUMBLE_PROCTIME`, a bound in arithmetic
 /// and a source column named `window_time` are refused, naming them.
 #[test]
 fn window_time_is_the_windows_last_millisecond() {
@@ -782,6 +782,29 @@ fn window_time_is_the_windows_last_millisecond() {
     let ends: Vec<i64> = out.iter().flat_map(|b| millis(b, "we")).collect();
     assert!(!ends.is_empty());
     assert_eq!(times, ends.iter().map(|e| e - 1).collect::<Vec<_>>());
+    // `*` over a window function: the source's columns, then the bounds and
+    // `window_time`, as Flink's window table functions give them
+    for sql in [
+        "SELECT * FROM TUMBLE(t, ts, INTERVAL '2' SECOND)",
+        "SELECT * FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '2' SECOND))",
+    ] {
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let mut e = engine_on(sql, None, exec);
+            let shown = names(&e);
+            let mut want: Vec<String> = common::schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
+            want.extend(["window_start", "window_end", "window_time"].map(String::from));
+            assert_eq!(shown, want, "{sql} {exec:?}");
+            let out = run_rows(&mut e, "v");
+            let times: Vec<i64> = out.iter().flat_map(|b| millis(b, "window_time")).collect();
+            let ends: Vec<i64> = out.iter().flat_map(|b| millis(b, "window_end")).collect();
+            assert!(ends.len() > 3, "{sql}: rows in several windows");
+            assert_eq!(times, ends.iter().map(|e| e - 1).collect::<Vec<_>>(), "{sql}");
+        }
+    }
     for (sql, want) in [
         (
             "SELECT TUMBLE_PROCTIME(ts, INTERVAL '2' SECOND) AS p, COUNT(*) AS c \
