@@ -1535,11 +1535,11 @@ impl Rewriter<'_> {
             }
             *exprs = kept;
         }
-        // a session's key: the other GROUP BY columns
+        // a session's key: its PARTITION BY, or the other GROUP BY columns
         for &i in &here {
             let d = &mut self.declared[i];
             if let WindowKind::Session { key, .. } = &mut d.kind {
-                if let Some(e) = &computed {
+                if let (Some(e), None) = (&computed, &d.partition) {
                     return Err(Error::spec(
                         self.view,
                         format!(
@@ -1550,30 +1550,45 @@ impl Rewriter<'_> {
                         ),
                     ));
                 }
-                if let Some(cols) = &d.partition {
-                    let same = |a: &[String], b: &[String]| {
-                        a.iter()
-                            .all(|x| b.iter().any(|y| x.eq_ignore_ascii_case(y)))
-                    };
-                    if !(same(cols, &keys) && same(&keys, cols)) {
-                        return Err(Error::spec(
-                            self.view,
-                            format!(
-                                "`{}` ({}): its PARTITION BY ({}) must be the query's other \
-                                 GROUP BY columns ({}): a session is keyed by the columns \
-                                 it is grouped by",
-                                d.text,
-                                d.at,
-                                cols.join(", "),
-                                match keys.is_empty() {
-                                    true => "none: group by them".to_string(),
-                                    false => keys.join(", "),
-                                }
-                            ),
-                        ));
-                    }
+                // Flink's PARTITION BY keys the sessions; the query may group
+                // each session's rows by more columns (they must include the
+                // partition's, or sessions of two keys would share a group)
+                let Some(cols) = &d.partition else {
+                    *key = keys.clone();
+                    continue;
+                };
+                let missing: Vec<&String> = cols
+                    .iter()
+                    .filter(|c| !keys.iter().any(|k| c.eq_ignore_ascii_case(k)))
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(Error::spec(
+                        self.view,
+                        format!(
+                            "`{}` ({}): its PARTITION BY ({}) must be among the query's other \
+                             GROUP BY columns ({}): group by {} too, or sessions of two keys \
+                             would share a group",
+                            d.text,
+                            d.at,
+                            cols.join(", "),
+                            match keys.is_empty() {
+                                true => "none".to_string(),
+                                false => keys.join(", "),
+                            },
+                            missing
+                                .iter()
+                                .map(|c| format!("`{c}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
                 }
-                *key = keys.clone();
+                // (as the query reads them: the GROUP BY's spelling)
+                *key = keys
+                    .iter()
+                    .filter(|k| cols.iter().any(|c| c.eq_ignore_ascii_case(k)))
+                    .cloned()
+                    .collect();
             }
         }
         for item in &mut s.projection {

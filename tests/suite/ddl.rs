@@ -278,14 +278,14 @@ fn malformed_ddl_names_the_statement_and_the_token() {
             (2, 63),
             &["the query does not parse", "found: PARTITION at Line: 2, Column: 63"],
         ),
-        // Flink's `PARTITION BY` is read, and must be the GROUP BY keys
+        // Flink's `PARTITION BY` is read, and must be grouped by
         (
             &format!(
                 "{good_source}CREATE VIEW v AS SELECT COUNT(*) AS c \
                  FROM SESSION(TABLE bids PARTITION BY auction, DESCRIPTOR(ts), INTERVAL '1' SECOND)"
             ),
             (2, 44),
-            &["(line 2, column 44): its PARTITION BY (auction) must be the query's other GROUP BY columns (none: group by them)"],
+            &["(line 2, column 44): its PARTITION BY (auction) must be among the query's other GROUP BY columns (none): group by `auction` too"],
         ),
         // on a later line of the query, at its line and column in the text
         (

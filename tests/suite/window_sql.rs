@@ -1009,7 +1009,7 @@ fn flinks_table_and_descriptor_arguments_read_as_the_plain_names() {
 
 /// Flink's other spellings: the `TABLE(…)` around a call in `FROM`, named
 /// arguments (`SIZE => …`, any order), and a session's `PARTITION BY`, which
-/// must be the query's other `GROUP BY` columns. Each gives the plain call's
+/// keys the sessions (and must be grouped by). Each gives the plain call's
 /// rows on both paths (and through DDL); a misspelt one is refused, naming
 /// the call, where it is, and what is wrong.
 #[test]
@@ -1075,13 +1075,47 @@ fn flinks_wrapper_named_arguments_and_partition_by_read_as_written() {
         };
         assert_eq!(ddl(flink), ddl(plain), "{flink} through DDL");
     }
-    // the partition is checked: sessions keyed by `g` are not those of `k`
+    // a partition narrower than the GROUP BY keys the sessions, and the
+    // query groups each session's rows by the rest: the spec's session key
+    // beside a longer GROUP BY (on the recompute path, which says why)
+    // (a key's rows are 1.11 s apart, a key's and `g`'s 2.22 s: a gap of
+    // 1.5 s makes one session of each key's rows, and each row one session
+    // of its `k` and `g`)
+    let by_k = grouped(
+        "SESSION(TABLE t PARTITION BY k, DESCRIPTOR(ts), INTERVAL '1500' MILLISECOND)",
+        "k, g",
+    );
+    let gap = Duration::from_millis(1_500);
+    let spec = rows_on(
+        "SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k, g",
+        Some(WindowSpec::session(gap, &["k"])),
+        ExecMode::Recompute,
+    );
+    assert!(spec.len() > 3, "several groups: {spec:?}");
+    for exec in [ExecMode::Auto, ExecMode::Recompute] {
+        assert_eq!(rows_on(&by_k, None, exec), spec, "{by_k} on {exec:?}");
+    }
+    let by_kg = rows_on(
+        "SELECT k, COUNT(*) AS c, SUM(v) AS s FROM t GROUP BY k, g",
+        Some(WindowSpec::session(gap, &["k", "g"])),
+        ExecMode::Recompute,
+    );
+    assert_ne!(by_kg, spec, "the partition keys the sessions");
+    let why = engine_with(&by_k, None)
+        .plan("v")
+        .expect("plan")
+        .to_string();
+    assert!(why.contains("not the session key (k)"), "{why}");
+    // the partition must be grouped by: sessions of `g` would share a group
     let by_g = g("SESSION(TABLE t PARTITION BY g, DESCRIPTOR(ts), INTERVAL '500' MILLISECOND)");
     let at = by_g.find("SESSION").expect("call") + 1;
     for (sql, says) in [
         (
             by_g.as_str(),
-            format!("line 1, column {at}): its PARTITION BY (g) must be the query's other GROUP BY columns (k)"),
+            format!(
+                "line 1, column {at}): its PARTITION BY (g) must be among the query's other \
+                 GROUP BY columns (k): group by `g` too"
+            ),
         ),
         (
             "SELECT COUNT(*) AS c FROM TUMBLE(TABLE t PARTITION BY k, DESCRIPTOR(ts), INTERVAL '1' SECOND)",
