@@ -313,8 +313,9 @@ impl Planned {
 /// `e` over `schema` as a physical expression, coerced and simplified as
 /// DataFusion's optimizer leaves the expressions the recompute path runs:
 /// some functions (`coalesce`, `nvl`) only run once simplified, and `AND`
-/// and `OR` evaluate left to right ([`crate::paths::sql::logic`]). No query
-/// start time is given, so `now()` is not frozen at the view's creation.
+/// and `OR` evaluate left to right ([`crate::paths::sql::logic`]). (No query
+/// start time is given: a view calls no clock, which the planning of its SQL
+/// refuses.)
 pub(crate) fn physical(
     ctx: &SessionContext,
     e: &datafusion::logical_expr::Expr,

@@ -62,7 +62,7 @@ struct Place {
 impl Place {
     /// Where in the query as written the name `e` is about stands: the
     /// column DataFusion did not find (or found twice), or the function it
-    /// does not know. The query DataFusion planned may be the lowered one
+    /// does not know (or Þund refuses as nondeterministic). The query DataFusion planned may be the lowered one
     /// (without its window call), so the name is looked up in the written
     /// tokens: a qualified column where its qualifier precedes it, else its
     /// first use that is not an alias (`AS name`). `None` when the error
@@ -106,11 +106,18 @@ impl Place {
                 best.or(all.first()).copied()
             }
             DataFusionError::Plan(m) => {
-                let name = m.strip_prefix("Invalid function '")?.split('\'').next()?;
+                let name = m
+                    .strip_prefix("Invalid function '")
+                    .or_else(|| m.strip_prefix("Nondeterministic function '"))?
+                    .split('\'')
+                    .next()?;
                 let name = name.to_ascii_lowercase();
-                uses(&name)
-                    .into_iter()
-                    .find(|&i| is(self.query.get(i + 1), &Token::LParen))
+                let all = uses(&name);
+                // a call, else a use without parentheses (`CURRENT_DATE`)
+                all.iter()
+                    .find(|&&i| is(self.query.get(i + 1), &Token::LParen))
+                    .or(all.first())
+                    .copied()
             }
             _ => None,
         }?;

@@ -262,6 +262,16 @@ fn a_guard_holds_however_its_rows_are_batched() {
     }
 }
 
+/// View `v` of `sql` over `t` (tumbling 3 s windows) made on `exec`'s path.
+fn create(sql: &str, exec: ExecMode) -> Result<(), thund::Error> {
+    let spec = ViewSpec::builder("v", sql)
+        .source("t", "ts", schema())
+        .window(WindowSpec::tumbling(Duration::from_secs(3)))
+        .mode(exec)
+        .build()?;
+    thund::Engine::builder().build()?.create_view(spec)
+}
+
 /// A query DataFusion cannot plan whatever the rows are is refused when the
 /// view is made, on both paths, as an error of its SQL — not at its first
 /// trigger with rows. (Here DataFusion's own check refuses the sort it
@@ -273,15 +283,68 @@ fn a_query_datafusion_cannot_plan_is_refused_when_the_view_is_made() {
                ORDER BY CASE WHEN v <> 0 AND 100 / v > 1 THEN 1 ELSE 0 END DESC, ts) AS rn \
                FROM t) WHERE rn <= 2";
     for exec in [ExecMode::Auto, ExecMode::Recompute] {
-        let spec = ViewSpec::builder("v", sql)
-            .source("t", "ts", schema())
-            .window(WindowSpec::tumbling(Duration::from_secs(3)))
-            .mode(exec)
-            .build()
-            .expect("spec");
-        let mut e = thund::Engine::builder().build().expect("engine");
-        let err = e.create_view(spec).expect_err("refused when made");
+        let err = create(sql, exec).expect_err("refused when made");
         assert!(matches!(&err, thund::Error::Sql { .. }), "{exec:?}: {err}");
         assert!(err.to_string().contains("ROW_NUMBER()"), "{err}");
     }
+}
+
+/// A function whose value is not a function of its arguments (`random()`,
+/// `uuid()`, the clock's `now()`, `CURRENT_DATE`, `current_time()`) is
+/// refused when the view is made, wherever the query calls it, on both paths:
+/// the paths evaluate a window at different times (and a resumed run again),
+/// so they would disagree with each other and with themselves. The DDL points
+/// at the call. Functions of their arguments alone (`date_trunc`, `abs`,
+/// `to_timestamp`) are taken.
+#[test]
+fn functions_that_are_not_of_the_rows_are_refused_when_the_view_is_made() {
+    for (sql, name) in [
+        (
+            "SELECT k, COUNT(*) AS c FROM t WHERE random() < 0.5 GROUP BY k",
+            "random",
+        ),
+        (
+            "SELECT k, uuid() AS u, COUNT(*) AS c FROM t GROUP BY k",
+            "uuid",
+        ),
+        (
+            "SELECT k, MAX(ts) AS m FROM t GROUP BY k HAVING MAX(ts) < now()",
+            "now",
+        ),
+        ("SELECT k, CURRENT_DATE AS d FROM t", "current_date"),
+        (
+            "SELECT k, COUNT(*) AS c FROM t WHERE k IN \
+             (SELECT k FROM t WHERE current_time() IS NOT NULL) GROUP BY k",
+            "current_time",
+        ),
+    ] {
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let err = create(sql, exec).expect_err("refused when made");
+            assert!(matches!(&err, thund::Error::Sql { .. }), "{sql}: {err}");
+            let msg = err.to_string();
+            assert!(
+                msg.contains(&format!("Nondeterministic function '{name}'")),
+                "{sql} on {exec:?}: {msg}"
+            );
+        }
+    }
+    for sql in [
+        "SELECT k, date_trunc('second', ts) AS sec, abs(v) AS a FROM t",
+        "SELECT k, COUNT(*) AS c FROM t WHERE to_timestamp(s) IS NULL GROUP BY k",
+    ] {
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            create(sql, exec).unwrap_or_else(|e| panic!("{sql} on {exec:?}: {e}"));
+        }
+    }
+    // the DDL points at the call
+    let mut e = thund::Engine::builder().build().expect("engine");
+    let msg = e
+        .execute_sql(
+            "CREATE SOURCE t (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts);\n\
+             CREATE VIEW v AS SELECT k, COUNT(*) AS c\n  FROM TUMBLE(t, ts, INTERVAL '1' SECOND)\n  \
+             WHERE RANDOM() < 0.5 GROUP BY k, window_start, window_end;",
+        )
+        .expect_err("refused")
+        .to_string();
+    assert!(msg.contains("line 4, column 9"), "{msg}");
 }

@@ -37,6 +37,32 @@ pub(crate) fn session(config: SessionConfig) -> SessionContext {
     SessionContext::new_with_state(state)
 }
 
+/// The first function in `plan` (its subqueries included) whose value is not
+/// a function of its arguments: DataFusion's volatile and stable ones
+/// (`random()`, `uuid()`, `now()`, `current_date`, …).
+fn nondeterministic(plan: &LogicalPlan) -> Option<String> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Expr, Volatility};
+    let mut found = None;
+    let mut look = |e: &Expr| {
+        e.apply(|x| {
+            let (name, volatility) = match x {
+                Expr::ScalarFunction(f) => (f.func.name(), f.func.signature().volatility),
+                Expr::AggregateFunction(f) => (f.func.name(), f.func.signature().volatility),
+                _ => return Ok(TreeNodeRecursion::Continue),
+            };
+            if volatility == Volatility::Immutable {
+                return Ok(TreeNodeRecursion::Continue);
+            }
+            found = Some(name.to_string());
+            Ok(TreeNodeRecursion::Stop)
+        })
+    };
+    // (the closures never fail: a walk's error is none of ours to report)
+    let _ = plan.apply_with_subqueries(|node| node.apply_expressions(&mut look));
+    found
+}
+
 /// The view's SQL planned once over in-memory tables whose contents are swapped per evaluation.
 #[derive(Clone)]
 pub(crate) struct SqlEvaluator {
@@ -95,6 +121,14 @@ impl SqlEvaluator {
             .block_on(ctx.sql_with_options(sql, options))
             .map_err(sql_err)?;
         let plan = df.logical_plan().clone();
+        if let Some(name) = nondeterministic(&plan) {
+            return Err(sql_err(datafusion::error::DataFusionError::Plan(format!(
+                "Nondeterministic function '{name}': a view's rows may depend only on its \
+                 input rows (the two paths evaluate a window at different times, and a \
+                 resumed run again), so `{name}` is refused; compute with the event time \
+                 (its column, or window_start and window_end) instead"
+            ))));
+        }
         let exec = checked::rewrite(plan.clone()).map_err(sql_err)?;
         // what DataFusion's optimizer or physical planner refuses whatever
         // the rows are (a literal that does not cast to the type it is
