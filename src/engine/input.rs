@@ -82,27 +82,37 @@ pub(super) fn resolve_sources(
     Ok(sources)
 }
 
-/// Window bounds of a date event-time column are dates: a window size,
-/// slide, offset or session gap that is not a whole number of days would
-/// give distinct windows with the same printed bounds.
+/// Window bounds are of the event-time column's type: of a date column they
+/// are dates, of a `TIMESTAMP(0)` column whole seconds. A window size, slide,
+/// offset or session gap that is not a whole number of those units would
+/// give distinct windows with the same printed bounds (and a `window_time`
+/// that is not the window's last instant).
 fn check_date_window(
     spec: &ViewSpec,
     w: &WindowSpec,
     src: &SourceInfo,
     declared: Option<&str>,
 ) -> Result<()> {
-    const DAY: Duration = Duration::from_secs(86_400);
+    use arrow::datatypes::TimeUnit;
     let dt = src.schema.field(src.event_time).data_type();
-    if !matches!(dt, DataType::Date32 | DataType::Date64) {
-        return Ok(());
-    }
+    let (unit, units, finer) = match dt {
+        DataType::Date32 | DataType::Date64 => {
+            (Duration::from_secs(86_400), "days", "a timestamp column")
+        }
+        DataType::Timestamp(TimeUnit::Second, _) => (
+            Duration::from_secs(1),
+            "seconds",
+            "a timestamp of milliseconds (`TIMESTAMP(3)`)",
+        ),
+        _ => return Ok(()),
+    };
     let durations: Vec<(&str, Duration)> = match &w.kind {
         WindowKind::Tumbling { size } => vec![("size", *size)],
         WindowKind::Hopping { size, slide } => vec![("size", *size), ("slide", *slide)],
         WindowKind::Session { gap, .. } => vec![("gap", *gap)],
     };
     for (field, d) in durations.into_iter().chain([("offset", w.offset)]) {
-        if d.as_millis() % DAY.as_millis() != 0 {
+        if d.as_millis() % unit.as_millis() != 0 {
             // the window as the user wrote it: the call in the SQL, or the spec's field
             let what = match declared {
                 Some(call) => format!("{call}: its {field}, {},", humantime::format_duration(d)),
@@ -111,7 +121,7 @@ fn check_date_window(
             return Err(Error::spec(
                 &spec.name,
                 format!(
-                    "{what} is not a whole number of days, but the event-time column `{}` of source `{}` is a {dt}: use whole days, or a timestamp column",
+                    "{what} is not a whole number of {units}, but the event-time column `{}` of source `{}` is a {dt}: use whole {units}, or {finer}",
                     src.schema.field(src.event_time).name(),
                     src.name
                 ),

@@ -237,6 +237,66 @@ fn after_finish_input_is_refused() {
     }
 }
 
+/// Bounds of a `TIMESTAMP(0)` event time are whole seconds, as a date's are
+/// whole days: a window that is not (its size, slide, offset or session gap)
+/// would print distinct windows with the same bounds, and a `window_time`
+/// that is not the window's last instant. Refused in both spellings; whole
+/// seconds are fine.
+#[test]
+fn a_seconds_event_time_with_a_sub_second_window_is_refused_at_create_view() {
+    use arrow::datatypes::TimeUnit;
+    let s = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("at", DataType::Timestamp(TimeUnit::Second, None), true),
+    ]));
+    let view = |w: WindowSpec| {
+        ViewSpec::builder("v", "SELECT k, COUNT(*) AS c FROM t GROUP BY k")
+            .source("t", "at", s.clone())
+            .window(w)
+            .build()
+            .expect("spec")
+    };
+    let ms = Duration::from_millis;
+    for (w, field) in [
+        (WindowSpec::tumbling(ms(1_500)), "size"),
+        (WindowSpec::hopping(ms(2_000), ms(500)), "slide"),
+        (
+            WindowSpec::tumbling(ms(2_000)).with_offset(ms(250)),
+            "offset",
+        ),
+        (WindowSpec::session(ms(500), &["k"]), "gap"),
+    ] {
+        // (in SQL where the window has a spelling there: an offset has not)
+        let mut spellings = vec![view(w.clone())];
+        spellings.extend(common::in_sql(&view(w.clone())));
+        assert!(spellings.len() == 2 || field == "offset", "{w:?} in SQL");
+        for spelled in spellings {
+            let err = Engine::builder()
+                .build()
+                .expect("engine")
+                .create_view(spelled)
+                .expect_err("a sub-second window over seconds");
+            assert!(matches!(err, Error::Spec { .. }), "{err}");
+            let msg = err.to_string();
+            assert!(
+                msg.contains(field) && msg.contains("whole number of seconds"),
+                "{w:?}: {msg}"
+            );
+        }
+    }
+    // whole seconds are fine, in either spelling
+    for spelled in [
+        view(WindowSpec::tumbling(ms(2_000))),
+        common::in_sql(&view(WindowSpec::session(ms(3_000), &["k"]))).expect("in SQL"),
+    ] {
+        Engine::builder()
+            .build()
+            .expect("engine")
+            .create_view(spelled)
+            .expect("whole seconds over seconds");
+    }
+}
+
 #[test]
 fn a_date_event_time_with_a_sub_day_window_is_refused_at_create_view() {
     let s = Arc::new(Schema::new(vec![
