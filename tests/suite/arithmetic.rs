@@ -953,3 +953,74 @@ proptest! {
         prop_assert_eq!(averages(&rec.expect("recompute"), "p"), want);
     }
 }
+
+/// `AVG(DISTINCT …)` (on the recompute path only) follows the rule of
+/// `AVG`: of integers, the exact sum of the distinct values, rounded once to
+/// a double, over their count (DataFusion's adds doubles); of decimals, a
+/// result that does not fit is `Error::Overflow` naming it (DataFusion's
+/// error is untyped). Both modes take the recompute path and agree.
+#[test]
+fn distinct_averages_are_exact_and_their_overflow_is_typed() {
+    let run = |sql: &str, b: &RecordBatch, mode: ExecMode| {
+        let mut e = Engine::builder().build()?;
+        e.create_view(
+            ViewSpec::builder("v", sql)
+                .window(WindowSpec::tumbling(Duration::from_secs(1)))
+                .source("t", "ts", b.schema())
+                .output(OutputMode::Append)
+                .mode(mode)
+                .build()?,
+        )?;
+        e.push("t", b.clone())?;
+        let mut out = e.trigger()?.views[0].output.clone();
+        out.extend(e.finish()?.views[0].output.clone());
+        Ok::<_, Error>(out)
+    };
+    // integers near the limits, repeated: the distinct ones are averaged
+    let xs = [i64::MIN, -463, 1 << 62, (1 << 62) + 1, -463, 7];
+    let b = ints(&[1; 6], &xs.map(Some), &[10, 20, 30, 40, 50, 60]);
+    let mut distinct: Vec<i64> = xs.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let sum: i128 = distinct.iter().map(|x| i128::from(*x)).sum();
+    let want = (sum as f64 / distinct.len() as f64).to_bits();
+    for mode in [ExecMode::Auto, ExecMode::Recompute] {
+        let out = run("SELECT AVG(DISTINCT x) AS a FROM t", &b, mode).expect("runs");
+        let got: Vec<u64> = out
+            .iter()
+            .flat_map(|b| column::<Float64Array>(b, Some("a")).values().to_vec())
+            .map(f64::to_bits)
+            .collect();
+        assert_eq!(got, vec![want], "{mode:?}");
+    }
+    // a decimal average past its type's 38 digits
+    let s = schema(DataType::Decimal128(38, 0));
+    let huge = 10i128.pow(37);
+    let b = RecordBatch::try_new(
+        s,
+        vec![
+            Arc::new(Int64Array::from(vec![1, 1, 1])),
+            Arc::new(
+                arrow::array::Decimal128Array::from(vec![huge, huge, huge + 1])
+                    .with_precision_and_scale(38, 0)
+                    .expect("decimal"),
+            ),
+            Arc::new(TimestampMillisecondArray::from(vec![10, 20, 30])),
+        ],
+    )
+    .expect("batch");
+    for mode in [ExecMode::Auto, ExecMode::Recompute] {
+        let got = run("SELECT AVG(DISTINCT x) AS a FROM t", &b, mode);
+        assert_eq!(
+            overflow_fields(&got),
+            (
+                "v".to_string(),
+                "AVG(DISTINCT t.x)".to_string(),
+                "Decimal128(38, 4)".to_string(),
+                0,
+                1000
+            ),
+            "{mode:?}"
+        );
+    }
+}

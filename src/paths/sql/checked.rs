@@ -10,8 +10,10 @@
 //!   [`crate::Error::Overflow`] naming the view, the window and the aggregate.
 //! * `SUM` over decimals is exact, and a sum past the result type's
 //!   precision (or past 128 bits) is the same error (DataFusion's wraps).
-//! * `SUM(DISTINCT …)` over integers and decimals likewise (DataFusion's
-//!   gave a tenth of a decimal sum past its precision).
+//! * `SUM(DISTINCT …)` and `AVG(DISTINCT …)` over integers and decimals
+//!   likewise, over the distinct values (DataFusion's gave a tenth of a
+//!   decimal sum past its precision, added integers as doubles, and failed
+//!   a decimal average that does not fit untyped).
 //! * `AVG` over decimals is exact and an overflow of its result is the same
 //!   error (DataFusion's is an untyped execution error).
 //! * `AVG` over integers sums exactly (an `i128`) and divides once: the sum
@@ -23,8 +25,8 @@
 //!   NaN sorts above every number (PostgreSQL's), independent of row order.
 //!
 //! The replacements keep DataFusion's names (`sum`, `avg`, `min`, `max`), so the
-//! plan's columns are unchanged. Other `DISTINCT` aggregates (`AVG(DISTINCT
-//! …)`, which runs on the recompute path only) are DataFusion's.
+//! plan's columns are unchanged. Other `DISTINCT` aggregates are
+//! DataFusion's.
 
 use std::sync::Arc;
 
@@ -117,11 +119,12 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
         let filter = p.filter.as_deref().map(|w| w as &dyn std::fmt::Display);
         crate::plan::call_name(f, p.distinct, arg, filter)
     };
-    // of DISTINCT aggregates only SUM over integers and decimals is replaced
-    // (DataFusion's wraps, or gives a decimal past its precision)
+    // of DISTINCT aggregates SUM and AVG over integers and decimals are
+    // replaced (DataFusion's wrap, give a decimal past its precision, add
+    // doubles, or fail untyped)
     let integer = dt.is_signed_integer() || dt.is_unsigned_integer();
     let decimal = matches!(dt, DataType::Decimal128(_, _));
-    if p.distinct && !(name == "sum" && (integer || decimal)) {
+    if p.distinct && !(matches!(name.as_str(), "sum" | "avg") && (integer || decimal)) {
         return Ok(Transformed::no(e));
     }
     let udaf: Arc<dyn AggregateUDFImpl> = match name.as_str() {
@@ -238,16 +241,14 @@ impl AggregateUDFImpl for CheckedSum {
         Ok(self.out.clone())
     }
     fn state_fields(&self, args: StateFieldsArgs) -> datafusion::error::Result<Vec<FieldRef>> {
-        let item = DataType::Decimal128(38, 0);
-        Ok(vec![Arc::new(match args.is_distinct {
-            // the distinct values seen
-            true => Field::new(
-                format_state_name(args.name, "sum distinct"),
-                DataType::List(Arc::new(Field::new_list_field(item, true))),
+        Ok(vec![match args.is_distinct {
+            true => distinct_state_field(args.name),
+            false => Arc::new(Field::new(
+                format_state_name(args.name, "sum"),
+                DataType::Decimal128(38, 0),
                 true,
-            ),
-            false => Field::new(format_state_name(args.name, "sum"), item, true),
-        })])
+            )),
+        }])
     }
     fn accumulator(
         &self,
@@ -424,6 +425,98 @@ impl Accumulator for DistinctSumAcc {
     }
 }
 
+/// The state of an exact `SUM(DISTINCT …)` or `AVG(DISTINCT …)`: the
+/// distinct values seen, raw (at the inputs' scale).
+fn distinct_state_field(name: &str) -> FieldRef {
+    let item = DataType::Decimal128(38, 0);
+    Arc::new(Field::new(
+        format_state_name(name, "distinct values"),
+        DataType::List(Arc::new(Field::new_list_field(item, true))),
+        true,
+    ))
+}
+
+/// How [`DistinctAvgAcc`] divides the exact sum of its values by their count.
+#[derive(Debug)]
+enum AvgOf {
+    /// Integers: the sum rounded to `f64`, over the count (as [`ExactAvg`]).
+    Float,
+    /// Decimals: the sum scaled by `mul` to the result's scale, over the
+    /// count, truncated (as [`CheckedAvg`]).
+    Decimal { mul: i128 },
+}
+
+/// Exact integer and decimal `AVG(DISTINCT …)`: the distinct values of a
+/// [`DistinctSumAcc`], their exact sum divided once. DataFusion's adds
+/// integers as doubles and fails a decimal that does not fit untyped.
+#[derive(Debug)]
+struct DistinctAvgAcc {
+    values: DistinctSumAcc,
+    of: AvgOf,
+}
+
+impl DistinctAvgAcc {
+    /// An empty accumulator of `label`'s values (at `scale`) into `out`.
+    fn boxed(label: &str, out: &DataType, scale: i8, of: AvgOf) -> Box<dyn Accumulator> {
+        Box::new(DistinctAvgAcc {
+            values: DistinctSumAcc {
+                label: label.to_string(),
+                out: out.clone(),
+                scale,
+                values: Default::default(),
+            },
+            of,
+        })
+    }
+}
+
+impl Accumulator for DistinctAvgAcc {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> datafusion::error::Result<()> {
+        self.values.update_batch(values)
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> datafusion::error::Result<()> {
+        self.values.merge_batch(states)
+    }
+    fn state(&mut self) -> datafusion::error::Result<Vec<ScalarValue>> {
+        self.values.state()
+    }
+    fn evaluate(&mut self) -> datafusion::error::Result<ScalarValue> {
+        let v = &self.values;
+        let n = v.values.len() as i128;
+        let overflow = |value: String| {
+            DataFusionError::External(Box::new(Overflow {
+                aggregate: v.label.clone(),
+                data_type: v.out.clone(),
+                value,
+            }))
+        };
+        let mut sum: i128 = 0;
+        for x in &v.values {
+            sum = sum
+                .checked_add(*x)
+                .ok_or_else(|| overflow(format!("{sum} + {x}")))?;
+        }
+        match (&self.of, &v.out) {
+            (AvgOf::Float, _) => Ok(ScalarValue::Float64((n > 0).then(|| sum as f64 / n as f64))),
+            (AvgOf::Decimal { mul }, DataType::Decimal128(p, s)) => {
+                if n == 0 {
+                    return Ok(ScalarValue::Decimal128(None, *p, *s));
+                }
+                match sum.checked_mul(*mul) {
+                    Some(m) => Ok(ScalarValue::Decimal128(Some(m / n), *p, *s)),
+                    None => Err(overflow(format!("{sum} × {mul}"))),
+                }
+            }
+            (AvgOf::Decimal { .. }, _) => Err(DataFusionError::Internal(
+                "AVG(DISTINCT) result is not a decimal".into(),
+            )),
+        }
+    }
+    fn size(&self) -> usize {
+        self.values.size()
+    }
+}
+
 /// Exact decimal `AVG` (DataFusion's result type and rounding); an error
 /// instead of DataFusion's untyped one when it does not fit.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -445,14 +538,22 @@ impl AggregateUDFImpl for CheckedAvg {
         Ok(self.out.clone())
     }
     fn state_fields(&self, args: StateFieldsArgs) -> datafusion::error::Result<Vec<FieldRef>> {
-        Ok(avg_state_fields(args.name))
+        Ok(avg_state_fields(args.name, args.is_distinct))
     }
-    fn accumulator(&self, _: AccumulatorArgs) -> datafusion::error::Result<Box<dyn Accumulator>> {
+    fn accumulator(
+        &self,
+        args: AccumulatorArgs,
+    ) -> datafusion::error::Result<Box<dyn Accumulator>> {
         let (DataType::Decimal128(_, s_in), DataType::Decimal128(_, s_out)) =
             (&self.input, &self.out)
         else {
             return Err(DataFusionError::Internal("AVG over a non-decimal".into()));
         };
+        let mul = 10i128.pow((*s_out - *s_in).max(0) as u32);
+        if args.is_distinct {
+            let of = AvgOf::Decimal { mul };
+            return Ok(DistinctAvgAcc::boxed(&self.label, &self.out, *s_in, of));
+        }
         Ok(Box::new(AvgAcc {
             sum: SumAcc {
                 label: self.label.clone(),
@@ -461,7 +562,7 @@ impl AggregateUDFImpl for CheckedAvg {
                 sum: None,
             },
             count: 0,
-            mul: 10i128.pow((*s_out - *s_in).max(0) as u32),
+            mul,
         }))
     }
 }
@@ -520,8 +621,12 @@ impl Accumulator for AvgAcc {
     }
 }
 
-/// The state of an exact `AVG`: the raw sum and the count.
-fn avg_state_fields(name: &str) -> Vec<FieldRef> {
+/// The state of an exact `AVG`: the raw sum and the count (of a distinct
+/// one, the distinct values).
+fn avg_state_fields(name: &str, distinct: bool) -> Vec<FieldRef> {
+    if distinct {
+        return vec![distinct_state_field(name)];
+    }
     vec![
         Arc::new(Field::new(
             format_state_name(name, "sum"),
@@ -555,13 +660,20 @@ impl AggregateUDFImpl for ExactAvg {
         Ok(DataType::Float64)
     }
     fn state_fields(&self, args: StateFieldsArgs) -> datafusion::error::Result<Vec<FieldRef>> {
-        Ok(avg_state_fields(args.name))
+        Ok(avg_state_fields(args.name, args.is_distinct))
     }
-    fn accumulator(&self, _: AccumulatorArgs) -> datafusion::error::Result<Box<dyn Accumulator>> {
+    fn accumulator(
+        &self,
+        args: AccumulatorArgs,
+    ) -> datafusion::error::Result<Box<dyn Accumulator>> {
+        if args.is_distinct {
+            let out = DataType::Float64;
+            return Ok(DistinctAvgAcc::boxed(&self.label, &out, 0, AvgOf::Float));
+        }
         Ok(Box::new(IntAvgAcc(IntAvgGroups::new(&self.label))))
     }
-    fn groups_accumulator_supported(&self, _: AccumulatorArgs) -> bool {
-        true
+    fn groups_accumulator_supported(&self, args: AccumulatorArgs) -> bool {
+        !args.is_distinct
     }
     fn create_groups_accumulator(
         &self,
