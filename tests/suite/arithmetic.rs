@@ -93,6 +93,24 @@ fn ints(k: &[i64], x: &[Option<i64>], ts: &[i64]) -> RecordBatch {
     .expect("batch")
 }
 
+/// Rows of key 1 with decimal `x` of precision `p` and scale `scale`
+/// (raw values) at times `ts`.
+fn decimals(p: u8, scale: i8, x: &[i128], ts: &[i64]) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(DataType::Decimal128(p, scale)),
+        vec![
+            Arc::new(Int64Array::from(vec![1; x.len()])),
+            Arc::new(
+                arrow::array::Decimal128Array::from(x.to_vec())
+                    .with_precision_and_scale(p, scale)
+                    .expect("decimal"),
+            ),
+            Arc::new(TimestampMillisecondArray::from(ts.to_vec())),
+        ],
+    )
+    .expect("batch")
+}
+
 fn overflow_fields(r: &Result<Vec<RecordBatch>, Error>) -> (String, String, String, i64, i64) {
     match r {
         Err(Error::Overflow {
@@ -587,19 +605,7 @@ fn a_zero_slide_is_refused_not_a_panic() {
 fn a_decimal_average_that_does_not_fit_is_an_error_on_both_paths() {
     let s = schema(DataType::Decimal128(38, 0));
     let huge = 10i128.pow(37);
-    let b = RecordBatch::try_new(
-        s.clone(),
-        vec![
-            Arc::new(Int64Array::from(vec![1, 1])),
-            Arc::new(
-                arrow::array::Decimal128Array::from(vec![huge, huge])
-                    .with_precision_and_scale(38, 0)
-                    .expect("decimal"),
-            ),
-            Arc::new(TimestampMillisecondArray::from(vec![10, 20])),
-        ],
-    )
-    .expect("batch");
+    let b = decimals(38, 0, &[huge, huge], &[10, 20]);
     let [inc, rec] = both(
         "SELECT AVG(x) AS a FROM t",
         &s,
@@ -994,21 +1000,8 @@ fn distinct_averages_are_exact_and_their_overflow_is_typed() {
         assert_eq!(got, vec![want], "{mode:?}");
     }
     // a decimal average past its type's 38 digits
-    let s = schema(DataType::Decimal128(38, 0));
     let huge = 10i128.pow(37);
-    let b = RecordBatch::try_new(
-        s,
-        vec![
-            Arc::new(Int64Array::from(vec![1, 1, 1])),
-            Arc::new(
-                arrow::array::Decimal128Array::from(vec![huge, huge, huge + 1])
-                    .with_precision_and_scale(38, 0)
-                    .expect("decimal"),
-            ),
-            Arc::new(TimestampMillisecondArray::from(vec![10, 20, 30])),
-        ],
-    )
-    .expect("batch");
+    let b = decimals(38, 0, &[huge, huge, huge + 1], &[10, 20, 30]);
     for mode in [ExecMode::Auto, ExecMode::Recompute] {
         let got = run("SELECT AVG(DISTINCT x) AS a FROM t", &b, mode);
         assert_eq!(
@@ -1022,5 +1015,29 @@ fn distinct_averages_are_exact_and_their_overflow_is_typed() {
             ),
             "{mode:?}"
         );
+    }
+}
+
+/// A decimal average that fits its type is a value on both paths even where
+/// its sum, scaled to the result's scale, passes 128 bits (two of the
+/// largest `DECIMAL(34, 2)` values: their sum times 10^4 is about 2·10^38):
+/// the scaled sum is taken in 256 bits. It was refused as an overflow.
+#[test]
+fn a_decimal_average_whose_scaled_sum_passes_128_bits_is_a_value() {
+    let s = schema(DataType::Decimal128(34, 2));
+    let top = 10i128.pow(34) - 1; // 99999999999999999999999999999999.99
+    let b = decimals(34, 2, &[top, top], &[10, 20]);
+    let [inc, rec] = both(
+        "SELECT k, AVG(x) AS a FROM t GROUP BY k",
+        &s,
+        WindowSpec::tumbling(Duration::from_secs(1)),
+        &[b],
+    );
+    for out in [inc, rec] {
+        let out = out.expect("a value, not an overflow");
+        let a = column::<arrow::array::Decimal128Array>(&out[0], Some("a"));
+        assert_eq!(a.data_type(), &DataType::Decimal128(38, 6));
+        // the mean of two equal values is the value, at scale 6
+        assert_eq!(a.value(0), top * 10_000);
     }
 }

@@ -247,9 +247,9 @@ impl IncrementalView {
                         .then(|| int(&x.value))
                         .flatten()
                         .map(|sum| {
-                            sum.checked_mul(mul)
-                                .map(|m| m / x.count as i128)
-                                .ok_or_else(|| overflow(u, format!("{sum} × {mul}")))
+                            let n = i128::from(x.count);
+                            crate::paths::sql::checked::decimal_average(sum, n, mul, *p)
+                                .ok_or_else(|| overflow(u, format!("{sum} × {mul} / {n}")))
                         })
                         .transpose()
                 });

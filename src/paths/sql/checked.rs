@@ -502,9 +502,9 @@ impl Accumulator for DistinctAvgAcc {
                 if n == 0 {
                     return Ok(ScalarValue::Decimal128(None, *p, *s));
                 }
-                match sum.checked_mul(*mul) {
-                    Some(m) => Ok(ScalarValue::Decimal128(Some(m / n), *p, *s)),
-                    None => Err(overflow(format!("{sum} × {mul}"))),
+                match decimal_average(sum, n, *mul, *p) {
+                    Some(v) => Ok(ScalarValue::Decimal128(Some(v), *p, *s)),
+                    None => Err(overflow(format!("{sum} × {mul} / {n}"))),
                 }
             }
             (AvgOf::Decimal { .. }, _) => Err(DataFusionError::Internal(
@@ -604,21 +604,32 @@ impl Accumulator for AvgAcc {
         let (Some(sum), true) = (self.sum.sum, self.count > 0) else {
             return Ok(ScalarValue::Decimal128(None, p, s));
         };
-        let avg = sum
-            .checked_mul(self.mul)
-            .map(|m| m / i128::from(self.count));
-        match avg {
+        match decimal_average(sum, i128::from(self.count), self.mul, p) {
             Some(v) => Ok(ScalarValue::Decimal128(Some(v), p, s)),
             None => Err(DataFusionError::External(Box::new(Overflow {
                 aggregate: self.sum.label.clone(),
                 data_type: self.sum.out.clone(),
-                value: format!("{sum} × {}", self.mul),
+                value: format!("{sum} × {} / {}", self.mul, self.count),
             }))),
         }
     }
     fn size(&self) -> usize {
         std::mem::size_of_val(self) + self.sum.label.capacity()
     }
+}
+
+/// A decimal average as both paths compute it: the raw `sum` (at the
+/// inputs' scale) times `mul` (to the result's scale), over `count`,
+/// truncated toward zero; `None` when the result has more than `precision`
+/// digits. The product is taken in 256 bits: an average that fits its type
+/// is not refused because its sum, scaled, passes 128 bits.
+pub(crate) fn decimal_average(sum: i128, count: i128, mul: i128, precision: u8) -> Option<i128> {
+    use arrow::datatypes::i256;
+    let v = i256::from_i128(sum)
+        .checked_mul(i256::from_i128(mul))?
+        .checked_div(i256::from_i128(count))?
+        .to_i128()?;
+    (v.unsigned_abs() < 10u128.pow(u32::from(precision))).then_some(v)
 }
 
 /// The state of an exact `AVG`: the raw sum and the count (of a distinct
