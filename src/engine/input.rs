@@ -77,7 +77,7 @@ pub(super) fn resolve_sources(
         });
     }
     if let (Some(w), Some(first)) = (&spec.window, sources.first()) {
-        check_date_window(spec, w, first, declared)?;
+        check_window_units(spec, w, first, declared)?;
     }
     Ok(sources)
 }
@@ -87,7 +87,7 @@ pub(super) fn resolve_sources(
 /// offset or session gap that is not a whole number of those units would
 /// give distinct windows with the same printed bounds (and a `window_time`
 /// that is not the window's last instant).
-fn check_date_window(
+fn check_window_units(
     spec: &ViewSpec,
     w: &WindowSpec,
     src: &SourceInfo,

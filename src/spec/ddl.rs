@@ -62,11 +62,12 @@ struct Place {
 impl Place {
     /// Where in the query as written the name `e` is about stands: the
     /// column DataFusion did not find (or found twice), or the function it
-    /// does not know (or Þund refuses as nondeterministic). The query DataFusion planned may be the lowered one
-    /// (without its window call), so the name is looked up in the written
-    /// tokens: a qualified column where its qualifier precedes it, else its
-    /// first use that is not an alias (`AS name`). `None` when the error
-    /// names nothing, or nothing the query writes.
+    /// does not know (or Þund refuses as nondeterministic). The query
+    /// DataFusion planned may be the lowered one (without its window call),
+    /// so the name is looked up in the written tokens: a qualified column
+    /// where its qualifier precedes it, else its first use that is not an
+    /// alias (`AS name`). `None` when the error names nothing, or nothing the
+    /// query writes.
     fn named(&self, e: &Error) -> Option<Location> {
         use datafusion::common::SchemaError;
         use datafusion::error::DataFusionError;
