@@ -109,7 +109,7 @@ impl Place {
             DataFusionError::Plan(m) => {
                 let name = m
                     .strip_prefix("Invalid function '")
-                    .or_else(|| m.strip_prefix("Nondeterministic function '"))?
+                    .or_else(|| m.strip_prefix(crate::paths::sql::NONDETERMINISTIC))?
                     .split('\'')
                     .next()?;
                 let name = name.to_ascii_lowercase();

@@ -37,6 +37,10 @@ pub(crate) fn session(config: SessionConfig) -> SessionContext {
     SessionContext::new_with_state(state)
 }
 
+/// How the error refusing a nondeterministic function begins, the function's
+/// name following in quotes (the DDL finds the call by it).
+pub(crate) const NONDETERMINISTIC: &str = "Nondeterministic function '";
+
 /// The first function in `plan` (its subqueries included) whose value is not
 /// a function of its arguments: DataFusion's volatile and stable ones
 /// (`random()`, `uuid()`, `now()`, `current_date`, …).
@@ -123,7 +127,7 @@ impl SqlEvaluator {
         let plan = df.logical_plan().clone();
         if let Some(name) = nondeterministic(&plan) {
             return Err(sql_err(datafusion::error::DataFusionError::Plan(format!(
-                "Nondeterministic function '{name}': a view's rows may depend only on its \
+                "{NONDETERMINISTIC}{name}': a view's rows may depend only on its \
                  input rows (the two paths evaluate a window at different times, and a \
                  resumed run again), so `{name}` is refused; compute with the event time \
                  (its column, or window_start and window_end) instead"
