@@ -629,7 +629,9 @@ pub(crate) fn decimal_average(sum: i128, count: i128, mul: i128, precision: u8) 
         .checked_mul(i256::from_i128(mul))?
         .checked_div(i256::from_i128(count))?
         .to_i128()?;
-    (v.unsigned_abs() < 10u128.pow(u32::from(precision))).then_some(v)
+    // (a Decimal128 holds at most 38 digits; past that, any i128 fits)
+    let bound = 10u128.checked_pow(u32::from(precision));
+    bound.is_none_or(|b| v.unsigned_abs() < b).then_some(v)
 }
 
 /// The state of an exact `AVG`: the raw sum and the count (of a distinct
