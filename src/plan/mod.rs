@@ -330,8 +330,9 @@ pub(crate) fn physical(
             .build(),
     );
     let e = simplifier.simplify(simplifier.coerce(e.clone(), schema)?)?;
-    // AND and OR left to right, row by row, as the recompute path runs them
-    crate::paths::sql::logic::lazy(ctx.create_physical_expr(e, schema)?)
+    // arithmetic checked, AND and OR left to right, row by row, as the
+    // recompute path runs them
+    crate::paths::sql::logic::rules(ctx.create_physical_expr(e, schema)?)
 }
 
 /// A session window's gap (ms) and key columns; `None` for other windows.

@@ -15,7 +15,7 @@
 //! THEN 100 / v > 1 ELSE false END` was no guard either. Here a
 //! [`LazyLogic`] takes the place of every `AND`/`OR` whose right operand
 //! can fail ([`lazy`]): in the incremental path's expressions
-//! (`plan::physical`) and, by [`LazyLogicRule`], in the plans the recompute
+//! (`plan::physical`) and, by [`ExpressionRules`], in the plans the recompute
 //! path runs. An operand that cannot fail (columns, literals, comparisons,
 //! `NOT`, `IS NULL`, and `AND`/`OR` of those) is left to DataFusion: its
 //! result is the same in any order.
@@ -45,6 +45,8 @@ use datafusion::physical_plan::joins::{
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::ExecutionPlan;
+
+use super::overflow::checked;
 
 type Result<T> = datafusion::error::Result<T>;
 
@@ -201,9 +203,16 @@ fn may_fail(e: &Arc<dyn PhysicalExpr>) -> bool {
     }
 }
 
+/// `e` as Þund evaluates it on both paths: integer arithmetic that fails
+/// on overflow ([`checked`]), and every `AND`/`OR` whose right operand can
+/// fail evaluated left to right, row by row ([`lazy`]).
+pub(crate) fn rules(e: Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
+    lazy(checked(e)?)
+}
+
 /// `e` with every `AND`/`OR` whose right operand can fail evaluated left to
 /// right, row by row ([`LazyLogic`]).
-pub(crate) fn lazy(e: Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
+fn lazy(e: Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
     e.transform_up(|x| {
         let Some(b) = x.downcast_ref::<BinaryExpr>() else {
             return Ok(Transformed::no(x));
@@ -225,15 +234,15 @@ pub(crate) fn lazy(e: Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
     .map(|t| t.data)
 }
 
-/// [`lazy`] over each of `exprs`, and whether any changed.
-fn lazy_all(
+/// [`rules`] over each of `exprs`, and whether any changed.
+fn rules_all(
     exprs: impl IntoIterator<Item = Arc<dyn PhysicalExpr>>,
 ) -> Result<(Vec<Arc<dyn PhysicalExpr>>, bool)> {
     let mut changed = false;
     let out = exprs
         .into_iter()
         .map(|e| {
-            let l = lazy(Arc::clone(&e))?;
+            let l = rules(Arc::clone(&e))?;
             changed |= !Arc::ptr_eq(&l, &e);
             Ok(l)
         })
@@ -241,22 +250,22 @@ fn lazy_all(
     Ok((out, changed))
 }
 
-/// A join's filter with [`lazy`] logic, if that changes it.
-fn lazy_filter(f: Option<&JoinFilter>) -> Result<Option<JoinFilter>> {
+/// A join's filter by [`rules`], if that changes it.
+fn rules_filter(f: Option<&JoinFilter>) -> Result<Option<JoinFilter>> {
     let Some(f) = f else { return Ok(None) };
-    let e = lazy(Arc::clone(f.expression()))?;
+    let e = rules(Arc::clone(f.expression()))?;
     Ok((!Arc::ptr_eq(&e, f.expression()))
         .then(|| JoinFilter::new(e, f.column_indices().to_vec(), Arc::clone(f.schema()))))
 }
 
 /// The physical optimizer's last rule in the recompute path's session: the
 /// expressions of filters, projections, aggregates (arguments, `FILTER`s,
-/// group keys), sorts and join filters with [`lazy`] logic. Window
-/// functions' arguments and keys keep DataFusion's.
+/// group keys), sorts and join filters by [`rules`]: checked arithmetic
+/// and lazy logic. Window functions' arguments and keys keep DataFusion's.
 #[derive(Debug, Default)]
-pub(crate) struct LazyLogicRule;
+pub(crate) struct ExpressionRules;
 
-impl PhysicalOptimizerRule for LazyLogicRule {
+impl PhysicalOptimizerRule for ExpressionRules {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
@@ -272,7 +281,7 @@ impl PhysicalOptimizerRule for LazyLogicRule {
     }
 
     fn name(&self) -> &str {
-        "thund_lazy_logic"
+        "thund_expression_rules"
     }
 
     fn schema_check(&self) -> bool {
@@ -280,10 +289,10 @@ impl PhysicalOptimizerRule for LazyLogicRule {
     }
 }
 
-/// `p` with [`lazy`] logic in its expressions, `None` if unchanged.
+/// `p` with its expressions by [`rules`], `None` if unchanged.
 fn rewrite(p: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     if let Some(f) = p.downcast_ref::<FilterExec>() {
-        let e = lazy(Arc::clone(f.predicate()))?;
+        let e = rules(Arc::clone(f.predicate()))?;
         if Arc::ptr_eq(&e, f.predicate()) {
             return Ok(None);
         }
@@ -291,7 +300,7 @@ fn rewrite(p: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>>
         return Ok(Some(Arc::new(new)));
     }
     if let Some(pr) = p.downcast_ref::<ProjectionExec>() {
-        let (exprs, changed) = lazy_all(pr.expr().iter().map(|e| Arc::clone(&e.expr)))?;
+        let (exprs, changed) = rules_all(pr.expr().iter().map(|e| Arc::clone(&e.expr)))?;
         if !changed {
             return Ok(None);
         }
@@ -311,7 +320,7 @@ fn rewrite(p: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>>
         return aggregate(a);
     }
     if let Some(so) = p.downcast_ref::<SortExec>() {
-        let (exprs, changed) = lazy_all(so.expr().iter().map(|e| Arc::clone(&e.expr)))?;
+        let (exprs, changed) = rules_all(so.expr().iter().map(|e| Arc::clone(&e.expr)))?;
         if !changed {
             return Ok(None);
         }
@@ -327,7 +336,7 @@ fn rewrite(p: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>>
         return Ok(Some(Arc::new(new)));
     }
     if let Some(j) = p.downcast_ref::<HashJoinExec>() {
-        return Ok(match lazy_filter(j.filter())? {
+        return Ok(match rules_filter(j.filter())? {
             Some(f) => Some(
                 HashJoinExecBuilder::from(j)
                     .with_filter(Some(f))
@@ -337,7 +346,7 @@ fn rewrite(p: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>>
         });
     }
     if let Some(j) = p.downcast_ref::<NestedLoopJoinExec>() {
-        return Ok(match lazy_filter(j.filter())? {
+        return Ok(match rules_filter(j.filter())? {
             Some(f) => Some(Arc::new(
                 NestedLoopJoinExecBuilder::from(j)
                     .with_filter(Some(f))
@@ -349,16 +358,16 @@ fn rewrite(p: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>>
     Ok(None)
 }
 
-/// An aggregate with [`lazy`] logic in its group keys, arguments and `FILTER`s.
+/// An aggregate with its group keys, arguments and `FILTER`s by [`rules`].
 fn aggregate(a: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let g = a.group_expr();
-    let (keys, keys_changed) = lazy_all(g.expr().iter().map(|(e, _)| Arc::clone(e)))?;
+    let (keys, keys_changed) = rules_all(g.expr().iter().map(|(e, _)| Arc::clone(e)))?;
     let mut changed = keys_changed;
     let mut filters = Vec::with_capacity(a.filter_expr().len());
     for f in a.filter_expr() {
         filters.push(match f {
             Some(f) => {
-                let l = lazy(Arc::clone(f))?;
+                let l = rules(Arc::clone(f))?;
                 changed |= !Arc::ptr_eq(&l, f);
                 Some(l)
             }
@@ -367,7 +376,7 @@ fn aggregate(a: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     }
     let mut aggs = Vec::with_capacity(a.aggr_expr().len());
     for af in a.aggr_expr() {
-        let (args, args_changed) = lazy_all(af.expressions())?;
+        let (args, args_changed) = rules_all(af.expressions())?;
         if !args_changed {
             aggs.push(Arc::clone(af));
             continue;

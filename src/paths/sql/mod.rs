@@ -6,6 +6,7 @@
 pub(crate) mod checked;
 pub(crate) mod live;
 pub(crate) mod logic;
+pub(crate) mod overflow;
 
 use std::sync::Arc;
 
@@ -27,12 +28,13 @@ use crate::time::EventTime;
 use crate::window::Window;
 
 /// A DataFusion session with `config` in which SQL runs as Þund runs it:
-/// `AND` and `OR` evaluated left to right, row by row (see [`logic`]).
+/// integer arithmetic that fails on overflow (see [`overflow`]), `AND` and
+/// `OR` evaluated left to right, row by row (see [`logic`]).
 pub(crate) fn session(config: SessionConfig) -> SessionContext {
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()
-        .with_physical_optimizer_rule(Arc::new(logic::LazyLogicRule))
+        .with_physical_optimizer_rule(Arc::new(logic::ExpressionRules))
         .build();
     SessionContext::new_with_state(state)
 }
@@ -40,6 +42,49 @@ pub(crate) fn session(config: SessionConfig) -> SessionContext {
 /// How the error refusing a nondeterministic function begins, the function's
 /// name following in quotes (the DDL finds the call by it).
 pub(crate) const NONDETERMINISTIC: &str = "Nondeterministic function '";
+
+/// The first column that `plan` (as DataFusion's planner types it) and
+/// `analyzed` (the same plan after type coercion, as it runs) give
+/// different types, node by node, as an error naming it. DataFusion types
+/// arithmetic that mixes unsigned and signed 64-bit integers (`v - 1` of a
+/// `BIGINT UNSIGNED` `v`) as the decimal both are coerced to,
+/// `Decimal128(20, 0)`, but computes it in the decimal arithmetic's wider
+/// result, `Decimal128(21, 0)`: every batch of such a column failed, on one
+/// path or both, with an error of mismatched schemas at the first trigger.
+fn retyped(
+    plan: &LogicalPlan,
+    analyzed: &LogicalPlan,
+) -> Option<datafusion::error::DataFusionError> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let schemas = |p: &LogicalPlan| {
+        let mut out = Vec::new();
+        // (a walk that only reads cannot fail)
+        let _ = p.apply(|n| {
+            out.push(Arc::clone(n.schema()));
+            Ok(TreeNodeRecursion::Continue)
+        });
+        out
+    };
+    let (a, b) = (schemas(plan), schemas(analyzed));
+    // node by node where coercion kept the plan's shape, else the output
+    let pairs: Vec<_> = match a.len() == b.len() {
+        true => a.iter().zip(&b).collect(),
+        false => vec![(plan.schema(), analyzed.schema())],
+    };
+    let (f, g) = pairs.into_iter().find_map(|(x, y)| {
+        (x.fields().iter())
+            .zip(y.fields().iter())
+            .find(|(f, g)| f.data_type() != g.data_type())
+    })?;
+    Some(datafusion::error::DataFusionError::Plan(format!(
+        "`{}` is typed {} by DataFusion's planner but computed as {}: \
+         arithmetic that mixes unsigned and signed integers is computed in decimals; \
+         CAST an operand so that both have one type (as `v - CAST(1 AS BIGINT UNSIGNED)`)",
+        f.name(),
+        f.data_type(),
+        g.data_type()
+    )))
+}
 
 /// The first function in `plan` (its subqueries included) whose value is not
 /// a function of its arguments: DataFusion's volatile and stable ones
@@ -141,6 +186,12 @@ impl SqlEvaluator {
         // fault of the SQL, said when the view is made, not at its first
         // trigger with rows (each evaluation plans the query again)
         let state = ctx.state();
+        let analyzed = (state.analyzer())
+            .execute_and_check(exec.clone(), state.config_options(), |_, _| {})
+            .map_err(sql_err)?;
+        if let Some(e) = retyped(&exec, &analyzed) {
+            return Err(sql_err(e));
+        }
         let optimized = state.optimize(&exec).map_err(sql_err)?;
         rt.block_on(
             state
