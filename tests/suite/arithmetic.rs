@@ -1244,3 +1244,102 @@ fn unsigned_and_signed_arithmetic_datafusion_mistypes_is_refused_when_the_view_i
         );
     }
 }
+
+/// Both modes (Auto falls back: window functions other than a top-rows rank
+/// recompute) over `batches`, all pushed before one trigger: each mode's
+/// output, or its error.
+fn both_modes(
+    sql: &str,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+) -> [Result<Vec<RecordBatch>, Error>; 2] {
+    [ExecMode::Auto, ExecMode::Recompute].map(|mode| {
+        let mut e = Engine::builder().build()?;
+        e.create_view(
+            ViewSpec::builder("v", sql)
+                .window(WindowSpec::tumbling(Duration::from_secs(1)))
+                .source("t", "ts", schema.clone())
+                .output(OutputMode::Append)
+                .mode(mode)
+                .build()?,
+        )?;
+        for b in batches {
+            e.push("t", b.clone())?;
+        }
+        let mut out = e.trigger()?.views[0].output.clone();
+        out.extend(e.finish()?.views[0].output.clone());
+        Ok(out)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(24), ..ProptestConfig::default() })]
+
+    /// `SUM` and `AVG` used as window functions follow the aggregates' rule:
+    /// over the whole partition and over a sliding frame (whose rows leave
+    /// it again), a sum that does not fit `BIGINT` is `Error::Overflow`,
+    /// else the exact value; an average is the exact sum over the count.
+    /// DataFusion's own wrapped: `i64::MAX` and `1` in one partition summed
+    /// to `i64::MIN`, exit 0.
+    #[test]
+    fn sums_and_averages_over_windows_are_exact_or_an_overflow(
+        rows in prop::collection::vec((0i64..3, extreme_int()), 1..25),
+    ) {
+        // one row per millisecond, in order: the frames' order has no ties
+        let ts: Vec<i64> = (0..rows.len() as i64).map(|i| i * 7).collect();
+        let k: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let x: Vec<Option<i64>> = rows.iter().map(|r| r.1).collect();
+        let b = ints(&k, &x, &ts);
+        let sql = "SELECT k, ts, \
+                   SUM(x) OVER (PARTITION BY k) AS whole, \
+                   SUM(x) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS pair, \
+                   AVG(x) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS mean \
+                   FROM t";
+        // the rule, row by row: (ts, k, whole, pair, mean bits)
+        let sum = |xs: &[Option<i64>]| -> Option<i128> {
+            let v: Vec<i128> = xs.iter().flatten().map(|&x| i128::from(x)).collect();
+            (!v.is_empty()).then(|| v.iter().sum())
+        };
+        let mut want = Vec::new();
+        let mut overflows = false;
+        for (i, (&ki, &t)) in k.iter().zip(&ts).enumerate() {
+            let part: Vec<Option<i64>> = (0..rows.len()).filter(|&j| k[j] == ki).map(|j| x[j]).collect();
+            let before = (0..i).rev().find(|&j| k[j] == ki).map(|j| x[j]);
+            let pair: Vec<Option<i64>> = before.into_iter().chain([x[i]]).collect();
+            let (whole, two) = (sum(&part), sum(&pair));
+            let fits = |s: Option<i128>| s.map_or(Some(None), |s| i64::try_from(s).ok().map(Some));
+            let count = pair.iter().flatten().count() as f64;
+            match (fits(whole), fits(two)) {
+                (Some(w), Some(p)) => want.push((t, ki, w, p, two.map(|s| (s as f64 / count).to_bits()))),
+                _ => overflows = true,
+            }
+        }
+        want.sort();
+        let [auto, rec] = both_modes(sql, &b.schema(), &[b]);
+        for out in [auto, rec] {
+            if overflows {
+                prop_assert!(matches!(out, Err(Error::Overflow { .. })), "{:?}", out);
+                continue;
+            }
+            let mut got = Vec::new();
+            for b in out.expect("the exact values") {
+                let t = column::<TimestampMillisecondArray>(&b, Some("ts"));
+                let kk = column::<Int64Array>(&b, Some("k"));
+                let whole = column::<Int64Array>(&b, Some("whole"));
+                let pair = column::<Int64Array>(&b, Some("pair"));
+                let mean = column::<Float64Array>(&b, Some("mean"));
+                for r in 0..b.num_rows() {
+                    got.push((
+                        t.value(r),
+                        kk.value(r),
+                        whole.is_valid(r).then(|| whole.value(r)),
+                        pair.is_valid(r).then(|| pair.value(r)),
+                        mean.is_valid(r).then(|| mean.value(r).to_bits()),
+                    ));
+                }
+            }
+            got.sort();
+            prop_assert_eq!(got, want.clone());
+        }
+    }
+}

@@ -23,6 +23,11 @@
 //!   not `-115.75`).
 //! * `MIN`/`MAX` over floats use the total order in which `-0.0 = 0.0` and
 //!   NaN sorts above every number (PostgreSQL's), independent of row order.
+//! * `SUM` and `AVG` used as window functions (`SUM(v) OVER (…)`) are the
+//!   same exact ones, a sliding frame's rows taken out again exactly
+//!   (DataFusion's wrapped: `i64::MAX` and `1` in a partition summed to
+//!   `i64::MIN`). Their `DISTINCT` forms and float `MIN`/`MAX` over windows
+//!   are DataFusion's.
 //!
 //! The replacements keep DataFusion's names (`sum`, `avg`, `min`, `max`), so the
 //! plan's columns are unchanged. Other `DISTINCT` aggregates are
@@ -42,7 +47,7 @@ use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{
     Accumulator, Aggregate, AggregateUDF, AggregateUDFImpl, EmitTo, Expr, ExprSchemable,
-    GroupsAccumulator, LogicalPlan, Signature, Volatility,
+    GroupsAccumulator, LogicalPlan, Signature, Volatility, Window, WindowFunctionDefinition,
 };
 
 /// An aggregate whose value does not fit its SQL type.
@@ -83,25 +88,42 @@ pub(crate) fn overflow(e: &DataFusionError) -> Option<&Overflow> {
 /// `plan` with integer `SUM` and float `MIN`/`MAX` replaced, in every
 /// aggregate and subquery.
 pub(crate) fn rewrite(plan: LogicalPlan) -> datafusion::error::Result<LogicalPlan> {
-    plan.transform_up_with_subqueries(|p| {
-        let LogicalPlan::Aggregate(agg) = p else {
-            return Ok(Transformed::no(p));
-        };
-        let schema = agg.input.schema().clone();
-        let mut changed = false;
-        let mut exprs = Vec::with_capacity(agg.aggr_expr.len());
-        for e in &agg.aggr_expr {
-            let t = e.clone().transform_up(|x| replace(x, &schema))?;
-            changed |= t.transformed;
-            exprs.push(t.data);
+    plan.transform_up_with_subqueries(|p| match p {
+        LogicalPlan::Aggregate(agg) => {
+            let schema = agg.input.schema().clone();
+            let Some(exprs) = replaced(&agg.aggr_expr, |x| replace(x, &schema))? else {
+                return Ok(Transformed::no(LogicalPlan::Aggregate(agg)));
+            };
+            let new = Aggregate::try_new(agg.input.clone(), agg.group_expr.clone(), exprs)?;
+            Ok(Transformed::yes(LogicalPlan::Aggregate(new)))
         }
-        if !changed {
-            return Ok(Transformed::no(LogicalPlan::Aggregate(agg)));
+        // `SUM(…) OVER (…)` and `AVG(…) OVER (…)` likewise
+        LogicalPlan::Window(w) => {
+            let schema = w.input.schema().clone();
+            let Some(exprs) = replaced(&w.window_expr, |x| replace_window(x, &schema))? else {
+                return Ok(Transformed::no(LogicalPlan::Window(w)));
+            };
+            let new = Window::try_new(exprs, w.input.clone())?;
+            Ok(Transformed::yes(LogicalPlan::Window(new)))
         }
-        let new = Aggregate::try_new(agg.input.clone(), agg.group_expr.clone(), exprs)?;
-        Ok(Transformed::yes(LogicalPlan::Aggregate(new)))
+        p => Ok(Transformed::no(p)),
     })
     .map(|t| t.data)
+}
+
+/// `exprs` with `f` applied throughout, if that changed any.
+fn replaced(
+    exprs: &[Expr],
+    f: impl Fn(Expr) -> datafusion::error::Result<Transformed<Expr>>,
+) -> datafusion::error::Result<Option<Vec<Expr>>> {
+    let mut changed = false;
+    let mut out = Vec::with_capacity(exprs.len());
+    for e in exprs {
+        let t = e.clone().transform_up(&f)?;
+        changed |= t.transformed;
+        out.push(t.data);
+    }
+    Ok(changed.then_some(out))
 }
 
 fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<Expr>> {
@@ -109,23 +131,75 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
         return Ok(Transformed::no(e));
     };
     let p = &af.params;
-    let name = af.func.name().to_ascii_lowercase();
     let [arg] = p.args.as_slice() else {
         return Ok(Transformed::no(e));
     };
+    let filter = p.filter.as_deref();
+    let Some(udaf) = checked_udaf(&af.func, p.distinct, arg, filter, input)? else {
+        return Ok(Transformed::no(e));
+    };
+    let func = Arc::new(AggregateUDF::new_from_shared_impl(udaf));
+    Ok(Transformed::yes(Expr::AggregateFunction(
+        AggregateFunction::new_udf(
+            func,
+            p.args.clone(),
+            p.distinct,
+            p.filter.clone(),
+            p.order_by.clone(),
+            p.null_treatment,
+        ),
+    )))
+}
+
+/// An aggregate used as a window function: `SUM` and `AVG` over integers
+/// and decimals replaced as in an aggregate (DataFusion's window `SUM`
+/// wrapped: `i64::MAX` and `1` in one partition summed to `i64::MIN`).
+/// Float `MIN`/`MAX` and `DISTINCT` keep DataFusion's.
+fn replace_window(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<Expr>> {
+    let Expr::WindowFunction(wf) = &e else {
+        return Ok(Transformed::no(e));
+    };
+    let (WindowFunctionDefinition::AggregateUDF(f), [arg]) = (&wf.fun, wf.params.args.as_slice())
+    else {
+        return Ok(Transformed::no(e));
+    };
+    let name = f.name().to_ascii_lowercase();
+    if wf.params.distinct || !matches!(name.as_str(), "sum" | "avg") {
+        return Ok(Transformed::no(e));
+    }
+    let filter = wf.params.filter.as_deref();
+    let Some(udaf) = checked_udaf(f, false, arg, filter, input)? else {
+        return Ok(Transformed::no(e));
+    };
+    let mut new = wf.as_ref().clone();
+    new.fun =
+        WindowFunctionDefinition::AggregateUDF(Arc::new(AggregateUDF::new_from_shared_impl(udaf)));
+    Ok(Transformed::yes(Expr::WindowFunction(Box::new(new))))
+}
+
+/// Þund's aggregate in place of DataFusion's `func` over `arg` (its input's
+/// schema `input`), if it replaces it.
+fn checked_udaf(
+    func: &AggregateUDF,
+    distinct: bool,
+    arg: &Expr,
+    filter: Option<&Expr>,
+    input: &DFSchema,
+) -> datafusion::error::Result<Option<Arc<dyn AggregateUDFImpl>>> {
+    let name = func.name().to_ascii_lowercase();
     let dt = arg.get_type(input)?;
     // (named as the incremental path names it: `SUM(DISTINCT t.v) FILTER (WHERE …)`)
     let label = |f: &str| {
-        let filter = p.filter.as_deref().map(|w| w as &dyn std::fmt::Display);
-        crate::plan::call_name(f, p.distinct, arg, filter)
+        let filter = filter.map(|w| w as &dyn std::fmt::Display);
+        crate::plan::call_name(f, distinct, arg, filter)
     };
     // of DISTINCT aggregates SUM and AVG over integers and decimals are
     // replaced (DataFusion's wrap, give a decimal past its precision, add
     // doubles, or fail untyped)
     let integer = dt.is_signed_integer() || dt.is_unsigned_integer();
     let decimal = matches!(dt, DataType::Decimal128(_, _));
-    if p.distinct && !(matches!(name.as_str(), "sum" | "avg") && (integer || decimal)) {
-        return Ok(Transformed::no(e));
+    if distinct && !(matches!(name.as_str(), "sum" | "avg") && (integer || decimal)) {
+        return Ok(None);
     }
     let udaf: Arc<dyn AggregateUDFImpl> = match name.as_str() {
         "sum" if dt.is_signed_integer() || dt.is_unsigned_integer() => Arc::new(CheckedSum {
@@ -139,7 +213,7 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
         }),
         "sum" if decimal => Arc::new(CheckedSum {
             label: label("SUM"),
-            out: af.func.return_type(std::slice::from_ref(&dt))?,
+            out: func.return_type(std::slice::from_ref(&dt))?,
             signature: Signature::any(1, Volatility::Immutable),
         }),
         "avg" if integer => Arc::new(ExactAvg {
@@ -149,7 +223,7 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
         "avg" if decimal => Arc::new(CheckedAvg {
             label: label("AVG"),
             input: dt.clone(),
-            out: af.func.return_type(std::slice::from_ref(&dt))?,
+            out: func.return_type(std::slice::from_ref(&dt))?,
             signature: Signature::any(1, Volatility::Immutable),
         }),
         "min" | "max" if matches!(dt, DataType::Float32 | DataType::Float64) => {
@@ -158,19 +232,9 @@ fn replace(e: Expr, input: &DFSchema) -> datafusion::error::Result<Transformed<E
                 signature: Signature::any(1, Volatility::Immutable),
             })
         }
-        _ => return Ok(Transformed::no(e)),
+        _ => return Ok(None),
     };
-    let func = Arc::new(AggregateUDF::new_from_shared_impl(udaf));
-    Ok(Transformed::yes(Expr::AggregateFunction(
-        AggregateFunction::new_udf(
-            func,
-            p.args.clone(),
-            p.distinct,
-            p.filter.clone(),
-            p.order_by.clone(),
-            p.null_treatment,
-        ),
-    )))
+    Ok(Some(udaf))
 }
 
 /// The rule for floats: `-0.0` is `0.0` and every NaN is the one NaN.
@@ -272,6 +336,7 @@ impl AggregateUDFImpl for CheckedSum {
             out: self.out.clone(),
             scale,
             sum: None,
+            count: 0,
         }))
     }
 }
@@ -283,6 +348,9 @@ struct SumAcc {
     /// The scale of the inputs (0 for integers): values are summed raw.
     scale: i8,
     sum: Option<i128>,
+    /// The non-null inputs (or states) in `sum`: a window frame that
+    /// retracts them all sums to NULL again.
+    count: i64,
 }
 
 impl SumAcc {
@@ -306,6 +374,23 @@ impl SumAcc {
                 }))
             })?;
             self.sum = Some(s);
+            self.count += 1;
+        }
+        Ok(())
+    }
+
+    /// Take input values out again (`retract_batch`: a window frame's rows
+    /// that left it).
+    fn retract(&mut self, values: &ArrayRef) -> datafusion::error::Result<()> {
+        let d = cast(values, &DataType::Decimal128(38, self.scale))?;
+        let d = d.as_primitive::<arrow::datatypes::Decimal128Type>();
+        for v in d.iter().flatten() {
+            // (the difference of values that were summed: within i128)
+            self.sum = Some(self.sum.unwrap_or(0).wrapping_sub(v));
+            self.count -= 1;
+        }
+        if self.count == 0 {
+            self.sum = None;
         }
         Ok(())
     }
@@ -314,6 +399,12 @@ impl SumAcc {
 impl Accumulator for SumAcc {
     fn update_batch(&mut self, values: &[ArrayRef]) -> datafusion::error::Result<()> {
         self.add(&values[0])
+    }
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> datafusion::error::Result<()> {
+        self.retract(&values[0])
+    }
+    fn supports_retract_batch(&self) -> bool {
+        true
     }
     fn merge_batch(&mut self, states: &[ArrayRef]) -> datafusion::error::Result<()> {
         self.add_raw(&states[0])
@@ -411,6 +502,7 @@ impl Accumulator for DistinctSumAcc {
             out: self.out.clone(),
             scale: self.scale,
             sum: None,
+            count: 0,
         };
         let values: ArrayRef = Arc::new(Decimal128Array::from_iter_values(
             self.values.iter().copied(),
@@ -560,6 +652,7 @@ impl AggregateUDFImpl for CheckedAvg {
                 out: self.out.clone(),
                 scale: *s_in,
                 sum: None,
+                count: 0,
             },
             count: 0,
             mul,
@@ -580,6 +673,13 @@ impl Accumulator for AvgAcc {
     fn update_batch(&mut self, values: &[ArrayRef]) -> datafusion::error::Result<()> {
         self.count += (values[0].len() - values[0].null_count()) as i64;
         self.sum.add(&values[0])
+    }
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> datafusion::error::Result<()> {
+        self.count -= (values[0].len() - values[0].null_count()) as i64;
+        self.sum.retract(&values[0])
+    }
+    fn supports_retract_batch(&self) -> bool {
+        true
     }
     fn merge_batch(&mut self, states: &[ArrayRef]) -> datafusion::error::Result<()> {
         let counts = states[1]
@@ -883,6 +983,20 @@ impl Accumulator for IntAvgAcc {
     fn update_batch(&mut self, values: &[ArrayRef]) -> datafusion::error::Result<()> {
         self.0.fold(&values[0], None, 1, |_| 0)
     }
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> datafusion::error::Result<()> {
+        self.one();
+        let d = cast(&values[0], &DataType::Decimal128(38, 0))?;
+        let d = d.as_primitive::<arrow::datatypes::Decimal128Type>();
+        for v in d.iter().flatten() {
+            // (the difference of values that were summed: within i128)
+            self.0.sums[0] = self.0.sums[0].wrapping_sub(v);
+            self.0.counts[0] -= 1;
+        }
+        Ok(())
+    }
+    fn supports_retract_batch(&self) -> bool {
+        true
+    }
     fn merge_batch(&mut self, states: &[ArrayRef]) -> datafusion::error::Result<()> {
         self.0.merge(states, 1, |_| 0)
     }
@@ -1043,6 +1157,7 @@ mod tests {
             out: DataType::Int64,
             scale: 0,
             sum: None,
+            count: 0,
         };
         let big: ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![i64::MAX, 1]));
         acc.update_batch(&[big]).expect("the i128 state holds it");
