@@ -49,8 +49,10 @@ pub(crate) const NONDETERMINISTIC: &str = "Nondeterministic function '";
 /// arithmetic that mixes unsigned and signed 64-bit integers (`v - 1` of a
 /// `BIGINT UNSIGNED` `v`) as the decimal both are coerced to,
 /// `Decimal128(20, 0)`, but computes it in the decimal arithmetic's wider
-/// result, `Decimal128(21, 0)`: every batch of such a column failed, on one
-/// path or both, with an error of mismatched schemas at the first trigger.
+/// result, `Decimal128(21, 0)`; and a `CASE` as its first branch's type
+/// (`INT`), but computes the type all branches are widened to (`BIGINT`).
+/// Every batch of such a column failed, on one path or both, with an error
+/// of mismatched schemas at the first trigger.
 fn retyped(
     plan: &LogicalPlan,
     analyzed: &LogicalPlan,
@@ -77,9 +79,10 @@ fn retyped(
             .find(|(f, g)| f.data_type() != g.data_type())
     })?;
     Some(datafusion::error::DataFusionError::Plan(format!(
-        "`{}` is typed {} by DataFusion's planner but computed as {}: \
-         arithmetic that mixes unsigned and signed integers is computed in decimals; \
-         CAST an operand so that both have one type (as `v - CAST(1 AS BIGINT UNSIGNED)`)",
+        "`{}` is typed {} by DataFusion's planner but computed as {}, the type its \
+         coercion widens it to (a `CASE` whose branches differ in type, arithmetic that \
+         mixes unsigned and signed integers): CAST the operands to one type (as `CASE \
+         WHEN … THEN CAST(a AS BIGINT) ELSE b END`, `v - CAST(1 AS BIGINT UNSIGNED)`)",
         f.name(),
         f.data_type(),
         g.data_type()
