@@ -638,7 +638,12 @@ pub(super) fn compile(
                 data_type: dt.to_string(),
             });
         }
-        keys.push(phys(g, input)?);
+        // (a key is kept by its declared type)
+        keys.push(super::physical_as_declared(ctx, g, input).map_err(|err| {
+            FallbackReason::CannotCompile {
+                detail: format!("`{g}`: {err}"),
+            }
+        })?);
         key_desc.push((g.to_string(), dt.to_string()));
     }
     let n_keys = keys.len();

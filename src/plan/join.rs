@@ -229,8 +229,10 @@ fn side(
     shown: &mut Vec<String>,
 ) -> Result<String, FallbackReason> {
     let compile = |e: &Expr, input: &LogicalPlan| {
-        super::physical(ctx, e, input.schema()).map_err(|err| FallbackReason::CannotCompile {
-            detail: format!("`{e}`: {err}"),
+        super::physical_as_declared(ctx, e, input.schema()).map_err(|err| {
+            FallbackReason::CannotCompile {
+                detail: format!("`{e}`: {err}"),
+            }
         })
     };
     match p {
@@ -476,7 +478,7 @@ pub(crate) fn compile(
                     pair.0, key_types[j]
                 )));
             }
-            keys.push(super::physical(ctx, e, schema).map_err(|err| {
+            keys.push(super::physical_as_declared(ctx, e, schema).map_err(|err| {
                 FallbackReason::CannotCompile {
                     detail: format!("`{e}`: {err}"),
                 }

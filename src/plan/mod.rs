@@ -310,6 +310,28 @@ impl Planned {
     }
 }
 
+/// [`physical`], for a value kept by its declared type (a group or join
+/// key, a projected column): an error where DataFusion's planner types `e`
+/// one way and computes another (a `CASE` of `INT` and `BIGINT` branches,
+/// typed `INT`, computed `BIGINT`), so that the view runs on the recompute
+/// path, which computes it whole as DataFusion does. (An aggregate's
+/// argument needs no such check: it is cast to the aggregate's own type.)
+pub(crate) fn physical_as_declared(
+    ctx: &SessionContext,
+    e: &datafusion::logical_expr::Expr,
+    schema: &datafusion::common::DFSchema,
+) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>> {
+    let declared = datafusion::logical_expr::ExprSchemable::get_type(e, schema)?;
+    let p = physical(ctx, e, schema)?;
+    let computed = p.data_type(schema.as_arrow())?;
+    if computed != declared {
+        return Err(datafusion::error::DataFusionError::Plan(format!(
+            "typed {declared} by DataFusion's planner but computed as {computed}"
+        )));
+    }
+    Ok(p)
+}
+
 /// `e` over `schema` as a physical expression, coerced and simplified as
 /// DataFusion's optimizer leaves the expressions the recompute path runs:
 /// some functions (`coalesce`, `nvl`) only run once simplified, and `AND`

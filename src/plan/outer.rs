@@ -69,7 +69,8 @@ impl PerRow {
     /// over a scan.
     pub(crate) fn compile(plan: &LogicalPlan, ctx: &SessionContext) -> Option<PerRow> {
         let plan = ctx.state().optimize(plan).ok()?;
-        let phys = |e: &Expr, input: &LogicalPlan| super::physical(ctx, e, input.schema());
+        let phys =
+            |e: &Expr, input: &LogicalPlan| super::physical_as_declared(ctx, e, input.schema());
         let mut steps = Vec::new();
         let mut p = &plan;
         loop {

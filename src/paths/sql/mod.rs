@@ -43,41 +43,28 @@ pub(crate) fn session(config: SessionConfig) -> SessionContext {
 /// name following in quotes (the DDL finds the call by it).
 pub(crate) const NONDETERMINISTIC: &str = "Nondeterministic function '";
 
-/// The first column that `plan` (as DataFusion's planner types it) and
-/// `analyzed` (the same plan after type coercion, as it runs) give
-/// different types, node by node, as an error naming it. DataFusion types
-/// arithmetic that mixes unsigned and signed 64-bit integers (`v - 1` of a
-/// `BIGINT UNSIGNED` `v`) as the decimal both are coerced to,
-/// `Decimal128(20, 0)`, but computes it in the decimal arithmetic's wider
-/// result, `Decimal128(21, 0)`; and a `CASE` as its first branch's type
-/// (`INT`), but computes the type all branches are widened to (`BIGINT`).
-/// Every batch of such a column failed, on one path or both, with an error
-/// of mismatched schemas at the first trigger.
+/// The first output column that `plan` (as DataFusion's planner types it)
+/// and `analyzed` (the same plan after type coercion, as it runs) give
+/// different types, as an error naming it. DataFusion types arithmetic that
+/// mixes unsigned and signed 64-bit integers (`v - 1` of a `BIGINT
+/// UNSIGNED` `v`) as the decimal both are coerced to, `Decimal128(20, 0)`,
+/// but computes it in the decimal arithmetic's wider result,
+/// `Decimal128(21, 0)`; and a `CASE` as its first branch's type (`INT`),
+/// but computes the type all branches are widened to (`BIGINT`). Every
+/// batch of such an output column failed with an error of mismatched
+/// schemas at the first trigger, on one path or both. (Inside the query,
+/// under an aggregate whose type does not move, such a value runs: the
+/// incremental path leaves it to the recompute path, see
+/// `plan::physical`.)
 fn retyped(
     plan: &LogicalPlan,
     analyzed: &LogicalPlan,
 ) -> Option<datafusion::error::DataFusionError> {
-    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-    let schemas = |p: &LogicalPlan| {
-        let mut out = Vec::new();
-        // (a walk that only reads cannot fail)
-        let _ = p.apply(|n| {
-            out.push(Arc::clone(n.schema()));
-            Ok(TreeNodeRecursion::Continue)
-        });
-        out
-    };
-    let (a, b) = (schemas(plan), schemas(analyzed));
-    // node by node where coercion kept the plan's shape, else the output
-    let pairs: Vec<_> = match a.len() == b.len() {
-        true => a.iter().zip(&b).collect(),
-        false => vec![(plan.schema(), analyzed.schema())],
-    };
-    let (f, g) = pairs.into_iter().find_map(|(x, y)| {
-        (x.fields().iter())
-            .zip(y.fields().iter())
-            .find(|(f, g)| f.data_type() != g.data_type())
-    })?;
+    let (a, b) = (plan.schema().fields(), analyzed.schema().fields());
+    let (f, g) = a
+        .iter()
+        .zip(b.iter())
+        .find(|(f, g)| f.data_type() != g.data_type())?;
     Some(datafusion::error::DataFusionError::Plan(format!(
         "`{}` is typed {} by DataFusion's planner but computed as {}, the type its \
          coercion widens it to (a `CASE` whose branches differ in type, arithmetic that \
