@@ -369,6 +369,22 @@ fn session_plan(window: &crate::spec::WindowSpec) -> Option<(i64, Vec<String>)> 
 /// logical plan, planned in `ctx`. `bound` is the type of the window bounds
 /// (the first source's event-time type) and `query_schema` the query's
 /// output schema.
+/// The first output column that DataFusion's planner types (in `logical`)
+/// otherwise than the query computes it (`query_schema`, after type
+/// coercion), described. The incremental path renders columns by the type
+/// declared; the recompute path runs the plan whole, as DataFusion types it.
+fn retyped(logical: &LogicalPlan, query_schema: &SchemaRef) -> Option<String> {
+    let (f, g) = (logical.schema().fields().iter())
+        .zip(query_schema.fields())
+        .find(|(f, g)| f.data_type() != g.data_type())?;
+    Some(format!(
+        "column `{}` is typed {} by DataFusion's planner but computed as {}",
+        f.name(),
+        f.data_type(),
+        g.data_type()
+    ))
+}
+
 pub(crate) fn plan_view(
     spec: &ViewSpec,
     logical: &LogicalPlan,
@@ -382,6 +398,9 @@ pub(crate) fn plan_view(
     let Some(window) = spec.window.as_ref() else {
         return Planned::recompute(FallbackReason::NoWindow);
     };
+    if let Some(detail) = retyped(logical, &query_schema) {
+        return Planned::recompute(FallbackReason::CannotCompile { detail });
+    }
     let session = session_plan(window);
     let units = match &session {
         // sessions: each row in its pane of `gap`, held until three gaps after its start

@@ -1158,14 +1158,14 @@ proptest! {
 
 /// Arithmetic that mixes an unsigned and a signed integer (`x - 1` of a
 /// `UInt64` `x`): DataFusion's planner types it `Decimal128(20, 0)` and
-/// computes it as `Decimal128(21, 0)`, so every batch failed with a schema
-/// mismatch at the first trigger (on the recompute path, or on one path and
-/// not the other where the column was only a group key). Such a view is now
-/// refused when it is made, in both modes, naming the expression, its two
-/// types and the fix; the fix (one type for both operands) runs, and its
+/// computes it as `Decimal128(21, 0)`, so every batch of such a column
+/// failed with a schema mismatch at the first trigger (and a group key the
+/// query does not show failed on the incremental path alone). Such a view
+/// now runs on the recompute path, its columns of the type computed, with
+/// the exact values; one type for both operands stays incremental, and its
 /// `UInt64` result fails on overflow like any integer.
 #[test]
-fn unsigned_and_signed_arithmetic_datafusion_mistypes_is_refused_when_the_view_is_made() {
+fn unsigned_and_signed_arithmetic_datafusion_mistypes_runs_on_the_recompute_path() {
     let s = schema(DataType::UInt64);
     let make = |sql: &str, mode: ExecMode| -> Result<Engine, Error> {
         let mut e = Engine::builder().build()?;
@@ -1179,29 +1179,6 @@ fn unsigned_and_signed_arithmetic_datafusion_mistypes_is_refused_when_the_view_i
         )?;
         Ok(e)
     };
-    for (sql, named) in [
-        ("SELECT k, x - 1 AS d FROM t", "`d`"),
-        ("SELECT k, MIN(x * 2) AS d FROM t GROUP BY k", "`d`"),
-        (
-            "SELECT x + 1 AS g, COUNT(*) AS c FROM t GROUP BY x + 1",
-            "`g`",
-        ),
-    ] {
-        for mode in [ExecMode::Auto, ExecMode::Recompute] {
-            let err = make(sql, mode)
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
-            for part in [
-                named,
-                "is typed Decimal128(20, 0) by DataFusion's planner but computed as Decimal128(",
-                "CAST the operands to one type",
-            ] {
-                assert!(err.contains(part), "{sql} ({mode:?}): {err}");
-            }
-        }
-    }
-    // one type for both operands: a value, and an overflow where it does not fit
     let batch = |x: u64| {
         RecordBatch::try_new(
             s.clone(),
@@ -1213,6 +1190,35 @@ fn unsigned_and_signed_arithmetic_datafusion_mistypes_is_refused_when_the_view_i
         )
         .expect("batch")
     };
+    let top = i128::from(u64::MAX);
+    for (sql, want) in [
+        ("SELECT k, x - 1 AS d FROM t", top - 1),
+        ("SELECT k, MIN(x * 2) AS d FROM t GROUP BY k", 2 * top),
+        (
+            "SELECT x + 1 AS d, COUNT(*) AS c FROM t GROUP BY x + 1",
+            top + 1,
+        ),
+    ] {
+        for mode in [ExecMode::Auto, ExecMode::Recompute] {
+            let mut e = make(sql, mode).expect(sql);
+            assert_eq!(
+                e.plan("v").expect("plan").path(),
+                thund::PathKind::Recompute
+            );
+            e.push("t", batch(u64::MAX)).expect("pushed");
+            let mut out = e.trigger().expect("trigger").views[0].output.clone();
+            out.extend(e.finish().expect("finish").views[0].output.clone());
+            let d: Vec<i128> = out
+                .iter()
+                .flat_map(|b| {
+                    column::<arrow::array::Decimal128Array>(b, Some("d"))
+                        .values()
+                        .to_vec()
+                })
+                .collect();
+            assert_eq!(d, vec![want], "{sql} ({mode:?})");
+        }
+    }
     // a group key the query does not show: not refused, and not kept by the
     // incremental path (whose keys are of the type declared), so the view
     // recomputes; it failed incrementally with a mismatch of row encodings
@@ -1237,6 +1243,7 @@ fn unsigned_and_signed_arithmetic_datafusion_mistypes_is_refused_when_the_view_i
     });
     // one group of two (x = 5) and one of one (x = 6)
     assert_eq!(counts, [vec![1, 2], vec![1, 2]]);
+    // one type for both operands: a value, and an overflow where it does not fit
     let sql = "SELECT k, MAX(x - CAST(1 AS BIGINT UNSIGNED)) AS d FROM t GROUP BY k";
     let [inc, rec] = both(
         sql,
@@ -1365,19 +1372,27 @@ proptest! {
 
 /// A `CASE` whose branches differ in type (`INT` and `BIGINT`): DataFusion's
 /// planner types it as its first branch, `Int32`, and computes `Int64`, so
-/// every batch failed at the first trigger (the paths with different
-/// errors where it was a group key). It is refused when the view is made;
-/// one type for the branches is accepted, and so is an aggregate over it
-/// (whose own type does not move), which ran before; a group key the query
-/// does not show runs on the recompute path.
+/// every batch of such a column failed at the first trigger (the paths with
+/// different errors where it was a group key). It now runs on the recompute
+/// path, an `Int64` column with the branches' values; an aggregate over it
+/// whose own type does not move (`SUM`) stays incremental.
 #[test]
-fn a_case_datafusion_mistypes_is_refused_when_the_view_is_made() {
+fn a_case_datafusion_mistypes_runs_on_the_recompute_path() {
     let s: SchemaRef = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),
         Field::new("x", DataType::Int32, true),
         Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
     ]));
-    let make = |sql: &str, mode: ExecMode| -> Result<Engine, Error> {
+    let b = RecordBatch::try_new(
+        s.clone(),
+        vec![
+            Arc::new(Int64Array::from(vec![7, 8])),
+            Arc::new(arrow::array::Int32Array::from(vec![3, -1])),
+            Arc::new(TimestampMillisecondArray::from(vec![10, 20])),
+        ],
+    )
+    .expect("batch");
+    let run = |sql: &str, mode: ExecMode| -> Result<(thund::PathKind, Vec<RecordBatch>), Error> {
         let mut e = Engine::builder().build()?;
         e.create_view(
             ViewSpec::builder("v", sql)
@@ -1387,42 +1402,51 @@ fn a_case_datafusion_mistypes_is_refused_when_the_view_is_made() {
                 .mode(mode)
                 .build()?,
         )?;
-        Ok(e)
+        e.push("t", b.clone())?;
+        let mut out = e.trigger()?.views[0].output.clone();
+        out.extend(e.finish()?.views[0].output.clone());
+        Ok((e.plan("v")?.path(), out))
     };
     let case = "CASE WHEN x > 0 THEN x ELSE k END";
-    for sql in [
-        format!("SELECT {case} AS c FROM t"),
-        format!("SELECT {case} AS c, COUNT(*) AS n FROM t GROUP BY {case}"),
-    ] {
-        for mode in [ExecMode::Auto, ExecMode::Recompute] {
-            let err = make(&sql, mode)
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
-            assert!(
-                err.contains("`c` is typed Int32 by DataFusion's planner but computed as Int64"),
-                "{sql} ({mode:?}): {err}"
-            );
-        }
-    }
-    for (sql, auto) in [
+    for (sql, auto, col, want) in [
         (
-            "SELECT CASE WHEN x > 0 THEN CAST(x AS BIGINT) ELSE k END AS c FROM t".to_string(),
+            format!("SELECT {case} AS c FROM t"),
             thund::PathKind::Recompute,
+            "c",
+            vec![3, 8],
         ),
-        // an aggregate's argument is cast to the aggregate's type anyway
         (
-            format!("SELECT k, SUM({case}) AS c FROM t GROUP BY k"),
-            thund::PathKind::Incremental,
+            format!("SELECT {case} AS c, COUNT(*) AS n FROM t GROUP BY {case}"),
+            thund::PathKind::Recompute,
+            "c",
+            vec![3, 8],
         ),
         // a key the query does not show is kept by its type: recomputed
         (
             format!("SELECT k, COUNT(*) AS n FROM t GROUP BY k, {case}"),
             thund::PathKind::Recompute,
+            "n",
+            vec![1, 1],
+        ),
+        // an aggregate's argument is cast to the aggregate's type anyway
+        (
+            format!("SELECT k, SUM({case}) AS c FROM t GROUP BY k"),
+            thund::PathKind::Incremental,
+            "c",
+            vec![3, 8],
         ),
     ] {
-        let e = make(&sql, ExecMode::Auto).expect(&sql);
-        assert_eq!(e.plan("v").expect("plan").path(), auto, "{sql}");
-        assert!(make(&sql, ExecMode::Recompute).is_ok(), "{sql}");
+        for mode in [ExecMode::Auto, ExecMode::Recompute] {
+            let (path, out) = run(&sql, mode).expect(&sql);
+            if mode == ExecMode::Auto {
+                assert_eq!(path, auto, "{sql}");
+            }
+            let mut got: Vec<i64> = out
+                .iter()
+                .flat_map(|b| column::<Int64Array>(b, Some(col)).values().to_vec())
+                .collect();
+            got.sort();
+            assert_eq!(got, want, "{sql} ({mode:?})");
+        }
     }
 }

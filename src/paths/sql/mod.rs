@@ -43,39 +43,6 @@ pub(crate) fn session(config: SessionConfig) -> SessionContext {
 /// name following in quotes (the DDL finds the call by it).
 pub(crate) const NONDETERMINISTIC: &str = "Nondeterministic function '";
 
-/// The first output column that `plan` (as DataFusion's planner types it)
-/// and `analyzed` (the same plan after type coercion, as it runs) give
-/// different types, as an error naming it. DataFusion types arithmetic that
-/// mixes unsigned and signed 64-bit integers (`v - 1` of a `BIGINT
-/// UNSIGNED` `v`) as the decimal both are coerced to, `Decimal128(20, 0)`,
-/// but computes it in the decimal arithmetic's wider result,
-/// `Decimal128(21, 0)`; and a `CASE` as its first branch's type (`INT`),
-/// but computes the type all branches are widened to (`BIGINT`). Every
-/// batch of such an output column failed with an error of mismatched
-/// schemas at the first trigger, on one path or both. (Inside the query,
-/// under an aggregate whose type does not move, such a value runs: the
-/// incremental path leaves it to the recompute path, see
-/// `plan::physical`.)
-fn retyped(
-    plan: &LogicalPlan,
-    analyzed: &LogicalPlan,
-) -> Option<datafusion::error::DataFusionError> {
-    let (a, b) = (plan.schema().fields(), analyzed.schema().fields());
-    let (f, g) = a
-        .iter()
-        .zip(b.iter())
-        .find(|(f, g)| f.data_type() != g.data_type())?;
-    Some(datafusion::error::DataFusionError::Plan(format!(
-        "`{}` is typed {} by DataFusion's planner but computed as {}, the type its \
-         coercion widens it to (a `CASE` whose branches differ in type, arithmetic that \
-         mixes unsigned and signed integers): CAST the operands to one type (as `CASE \
-         WHEN … THEN CAST(a AS BIGINT) ELSE b END`, `v - CAST(1 AS BIGINT UNSIGNED)`)",
-        f.name(),
-        f.data_type(),
-        g.data_type()
-    )))
-}
-
 /// The first function in `plan` (its subqueries included) whose value is not
 /// a function of its arguments: DataFusion's volatile and stable ones
 /// (`random()`, `uuid()`, `now()`, `current_date`, …).
@@ -176,12 +143,6 @@ impl SqlEvaluator {
         // fault of the SQL, said when the view is made, not at its first
         // trigger with rows (each evaluation plans the query again)
         let state = ctx.state();
-        let analyzed = (state.analyzer())
-            .execute_and_check(exec.clone(), state.config_options(), |_, _| {})
-            .map_err(sql_err)?;
-        if let Some(e) = retyped(&exec, &analyzed) {
-            return Err(sql_err(e));
-        }
         let optimized = state.optimize(&exec).map_err(sql_err)?;
         rt.block_on(
             state
@@ -189,11 +150,24 @@ impl SqlEvaluator {
                 .create_physical_plan(&optimized, &state),
         )
         .map_err(sql_err)?;
+        // the columns' types as the plan runs them, after type coercion:
+        // DataFusion's planner types some values otherwise (a `CASE` of
+        // `INT` and `BIGINT` branches as `INT`, computed `BIGINT`; `v - 1`
+        // of a `BIGINT UNSIGNED` `v` as `DECIMAL(20, 0)`, computed
+        // `DECIMAL(21, 0)`), and every batch of such a column failed at the
+        // first trigger; such a view runs on the recompute path (see
+        // `plan::retyped`)
+        let analyzed = (state.analyzer())
+            .execute_and_check(exec.clone(), state.config_options(), |_, _| {})
+            .map_err(sql_err)?;
         let out_schema = Arc::new(Schema::new(
-            plan.schema()
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true))
+            (plan.schema().fields().iter())
+                .zip(analyzed.schema().fields().iter())
+                .map(|(f, g)| {
+                    (f.as_ref().clone())
+                        .with_data_type(g.data_type().clone())
+                        .with_nullable(true)
+                })
                 .collect::<Vec<_>>(),
         ));
         Ok(SqlEvaluator {
