@@ -332,6 +332,36 @@ pub(crate) fn physical_as_declared(
     Ok(p)
 }
 
+/// `e` over `schema` as DataFusion's own physical expression (coerced and
+/// simplified, its arithmetic wrapping, its `AND`/`OR` decided per batch),
+/// for a window function's `PARTITION BY` and `ORDER BY`: the recompute
+/// path evaluates those as DataFusion does (see `paths::sql::logic::apply`),
+/// and the incremental path must agree with it.
+pub(crate) fn physical_as_datafusion(
+    ctx: &SessionContext,
+    e: &datafusion::logical_expr::Expr,
+    schema: &datafusion::common::DFSchema,
+) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>> {
+    ctx.create_physical_expr(simplified(ctx, e, schema)?, schema)
+}
+
+/// `e` coerced and simplified as DataFusion's optimizer leaves it.
+fn simplified(
+    ctx: &SessionContext,
+    e: &datafusion::logical_expr::Expr,
+    schema: &datafusion::common::DFSchema,
+) -> datafusion::error::Result<datafusion::logical_expr::Expr> {
+    use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContext};
+    let state = ctx.state();
+    let simplifier = ExprSimplifier::new(
+        SimplifyContext::builder()
+            .with_schema(std::sync::Arc::new(schema.clone()))
+            .with_config_options(std::sync::Arc::clone(state.config_options()))
+            .build(),
+    );
+    simplifier.simplify(simplifier.coerce(e.clone(), schema)?)
+}
+
 /// `e` over `schema` as a physical expression, coerced and simplified as
 /// DataFusion's optimizer leaves the expressions the recompute path runs:
 /// some functions (`coalesce`, `nvl`) only run once simplified, and `AND`
@@ -343,15 +373,7 @@ pub(crate) fn physical(
     e: &datafusion::logical_expr::Expr,
     schema: &datafusion::common::DFSchema,
 ) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>> {
-    use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContext};
-    let state = ctx.state();
-    let simplifier = ExprSimplifier::new(
-        SimplifyContext::builder()
-            .with_schema(std::sync::Arc::new(schema.clone()))
-            .with_config_options(std::sync::Arc::clone(state.config_options()))
-            .build(),
-    );
-    let e = simplifier.simplify(simplifier.coerce(e.clone(), schema)?)?;
+    let e = simplified(ctx, e, schema)?;
     // arithmetic checked, AND and OR left to right, row by row, as the
     // recompute path runs them
     crate::paths::sql::logic::rules(ctx.create_physical_expr(e, schema)?)
@@ -654,7 +676,13 @@ fn top_rows(
                 data_type: dt.to_string(),
             });
         }
-        let p = physical(ctx, e, &input).map_err(|err| FallbackReason::CannotCompile {
+        // (a window function's keys as DataFusion evaluates them, as the
+        // recompute path does; an `ORDER BY … LIMIT`'s by Þund's rules)
+        let p = match top.window {
+            true => physical_as_datafusion(ctx, e, &input),
+            false => physical(ctx, e, &input),
+        };
+        let p = p.map_err(|err| FallbackReason::CannotCompile {
             detail: format!("`{e}`: {err}"),
         })?;
         Ok((p, dt))

@@ -113,7 +113,9 @@ impl RankedRest {
         };
         let (numbering, params) = numbering(win)?;
         let input = win.input.schema();
-        let phys = |e: &Expr| super::physical(ctx, e, input).ok();
+        // (the window's keys as DataFusion evaluates them, as the recompute
+        // path does: see `super::physical_as_datafusion`)
+        let phys = |e: &Expr| super::physical_as_datafusion(ctx, e, input).ok();
         let typed = |e: &Expr| e.get_type(input).ok();
         let partition = params
             .partition_by

@@ -61,6 +61,9 @@ pub(crate) struct TopRows {
     pub by_partition: bool,
     /// How `explain` names the rule.
     pub describe: String,
+    /// Whether a window function ranks the rows (its keys are evaluated as
+    /// DataFusion evaluates them), not `ORDER BY … LIMIT` or an extremum.
+    pub window: bool,
 }
 
 /// The base a top-rows query ranks: the source's rows, under its WHERE.
@@ -70,6 +73,8 @@ struct Ranked<'a> {
     order: Vec<Sort>,
     n: usize,
     what: &'static str,
+    /// Ranked by a window function.
+    window: bool,
 }
 
 /// `c <= n`, `c < n`, `c = n` (or mirrored) over column `c`: the ranks kept.
@@ -177,6 +182,7 @@ fn numbered(p: &LogicalPlan) -> Option<Ranked<'_>> {
         order: params.order_by.clone(),
         n,
         what,
+        window: true,
     })
 }
 
@@ -224,6 +230,7 @@ fn extremum(p: &LogicalPlan) -> Option<Ranked<'_>> {
             order: vec![Sort::new(Expr::Column(col.clone()), asc, false)],
             n: 1,
             what: if asc { "MIN" } else { "MAX" },
+            window: false,
         })
     })
 }
@@ -286,6 +293,7 @@ fn limited(p: &LogicalPlan) -> Option<Ranked<'_>> {
         order,
         n,
         what: "ORDER BY … LIMIT",
+        window: false,
     })
 }
 
@@ -466,5 +474,6 @@ fn assemble(plan: &LogicalPlan, r: Ranked<'_>, read: &[bool]) -> Option<TopRows>
         n: r.n,
         by_partition,
         describe,
+        window: r.window,
     })
 }

@@ -1450,3 +1450,40 @@ fn a_case_datafusion_mistypes_runs_on_the_recompute_path() {
         }
     }
 }
+
+/// A window function's `PARTITION BY` and `ORDER BY` are evaluated as
+/// DataFusion evaluates them, on both paths: the sort that orders the
+/// window's input must equal them (DataFusion cannot rebuild the window
+/// with Þund's expressions), so arithmetic there wraps as DataFusion's does
+/// (README, "Arithmetic"), and both paths agree. With the checked arithmetic
+/// of the sort alone, `SUM(x) OVER (PARTITION BY k - 1)` failed with an
+/// internal error of DataFusion's, and a rank ordered by `x * 2` failed on
+/// the incremental path alone.
+#[test]
+fn window_function_keys_are_evaluated_alike_on_both_paths() {
+    let b = ints(
+        &[1, 1, 2],
+        &[Some(i64::MAX), Some(3), Some(-4)],
+        &[10, 20, 30],
+    );
+    let s = b.schema();
+    let sql = "SELECT k, x, rn FROM (SELECT k, x, ROW_NUMBER() OVER \
+               (PARTITION BY k ORDER BY x * 2 DESC) AS rn FROM t) AS b WHERE rn <= 1";
+    let [auto, rec] = both_modes(sql, &s, std::slice::from_ref(&b));
+    let (auto, rec) = (auto.expect("auto"), rec.expect("recompute"));
+    assert_eq!(common::canon(&auto), common::canon(&rec));
+    let sql = "SELECT k, x, SUM(x) OVER (PARTITION BY k - 1) AS s FROM t";
+    let b = ints(&[1, 1, 2], &[Some(5), Some(3), Some(-4)], &[10, 20, 30]);
+    let [auto, rec] = both_modes(sql, &s, &[b]);
+    for out in [auto, rec] {
+        let mut got: Vec<(i64, i64)> = Vec::new();
+        for b in out.expect("a value") {
+            let k = column::<Int64Array>(&b, Some("k"));
+            let sum = column::<Int64Array>(&b, Some("s"));
+            got.extend((0..b.num_rows()).map(|r| (k.value(r), sum.value(r))));
+        }
+        got.sort();
+        // each row with its partition's sum
+        assert_eq!(got, vec![(1, 8), (1, 8), (2, -4)]);
+    }
+}

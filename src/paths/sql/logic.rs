@@ -44,6 +44,7 @@ use datafusion::physical_plan::joins::{
 };
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::overflow::checked;
@@ -271,13 +272,7 @@ impl PhysicalOptimizerRule for ExpressionRules {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|p| {
-            Ok(match rewrite(&p)? {
-                Some(new) => Transformed::yes(new),
-                None => Transformed::no(p),
-            })
-        })
-        .map(|t| t.data)
+        apply(plan, false)
     }
 
     fn name(&self) -> &str {
@@ -287,6 +282,30 @@ impl PhysicalOptimizerRule for ExpressionRules {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// `p` and its inputs with their expressions by [`rules`]; `under_window`:
+/// a window function reads `p`'s order. The sort that orders a window
+/// function's input keeps DataFusion's expressions: they must equal the
+/// window function's own `PARTITION BY` and `ORDER BY`, which DataFusion
+/// cannot rebuild (its window expressions of ranks have no
+/// `with_new_expressions`), or the window finds its input unsorted and
+/// fails (an internal error of DataFusion's at the first trigger, or its
+/// check of the plan's order when the view is made).
+fn apply(p: Arc<dyn ExecutionPlan>, under_window: bool) -> Result<Arc<dyn ExecutionPlan>> {
+    let window = p.downcast_ref::<BoundedWindowAggExec>().is_some()
+        || p.downcast_ref::<WindowAggExec>().is_some();
+    let sort = p.downcast_ref::<SortExec>().is_some();
+    // (past the sort a window reads, its input's order is the sort's own)
+    let below = window || (under_window && !sort);
+    let children = (p.children().into_iter())
+        .map(|c| apply(Arc::clone(c), below))
+        .collect::<Result<Vec<_>>>()?;
+    let p = datafusion::physical_plan::execution_plan::replace_children_if_necessary(p, children)?;
+    if sort && under_window {
+        return Ok(p);
+    }
+    Ok(rewrite(&p)?.unwrap_or(p))
 }
 
 /// `p` with its expressions by [`rules`], `None` if unchanged.
