@@ -7,7 +7,9 @@
 //! error naming the operation and its operands. [`checked`] rewrites a
 //! physical expression so; `logic::rules` applies it wherever Þund applies
 //! its order of `AND`/`OR`: the incremental path's expressions and the
-//! plans the recompute path runs.
+//! plans the recompute path runs. A window function's arguments,
+//! `PARTITION BY` and `ORDER BY` keep DataFusion's arithmetic on both paths
+//! (`logic::apply`, `plan::physical_as_datafusion`).
 //!
 //! Floats do not overflow (a result past `f64::MAX` is an infinity, as
 //! before); `timestamp ± interval` keeps DataFusion's own kernel.
