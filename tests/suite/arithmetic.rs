@@ -1487,3 +1487,34 @@ fn window_function_keys_are_evaluated_alike_on_both_paths() {
         assert_eq!(got, vec![(1, 8), (1, 8), (2, -4)]);
     }
 }
+
+/// Decimal arithmetic whose result has more digits than its type's
+/// precision fails, on both paths: arrow's kernels checked only that it fit
+/// 128 bits, so `DECIMAL(38, 2)` values `2e17` and `5e16` multiplied gave a
+/// `DECIMAL(38, 4)` of 39 digits, written as `1e33`, exit 0. A product that
+/// fits is the exact value.
+#[test]
+fn decimal_arithmetic_past_its_precision_is_an_error_on_both_paths() {
+    let s = schema(DataType::Decimal128(38, 2));
+    let sql =
+        "SELECT k, SUM(x * CAST(50000000000000000.00 AS DECIMAL(38, 2))) AS a FROM t GROUP BY k";
+    let window = WindowSpec::tumbling(Duration::from_secs(1));
+    // 2e17, raw at scale 2
+    let big = decimals(38, 2, &[2 * 10i128.pow(19)], &[10]);
+    let [inc, rec] = both(sql, &s, window.clone(), &[big]);
+    for out in [inc, rec] {
+        let err = out.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            err.contains("is too large to store in a Decimal128 of precision 38"),
+            "{err}"
+        );
+    }
+    // 5.00: 5 × 5e16 = 2.5e17, exact at scale 4
+    let small = decimals(38, 2, &[500], &[10]);
+    let [inc, rec] = both(sql, &s, window, &[small]);
+    for out in [inc, rec] {
+        let out = out.expect("a value");
+        let a = column::<arrow::array::Decimal128Array>(&out[0], Some("a"));
+        assert_eq!(a.value(0), 25 * 10i128.pow(16) * 10_000);
+    }
+}

@@ -18,11 +18,11 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{AsArray, RecordBatch};
 use arrow::compute::kernels::numeric::neg;
-use arrow::datatypes::{DataType, FieldRef, Schema};
+use arrow::datatypes::{DataType, Decimal128Type, DecimalType, FieldRef, Schema};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::DataFusionError;
+use datafusion::common::{DataFusionError, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::expressions::{BinaryExpr, NegativeExpr};
 use datafusion::physical_expr::PhysicalExpr;
@@ -39,23 +39,113 @@ pub(crate) fn checked(e: Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>>
             };
             return Ok(Transformed::yes(Arc::new(c) as Arc<dyn PhysicalExpr>));
         }
+        // (applied again: one check of a decimal's digits is enough)
+        if let Some(f) = x.downcast_ref::<DecimalFits>() {
+            if let Some(inner) = f.inner.downcast_ref::<DecimalFits>() {
+                let once = Arc::new(DecimalFits {
+                    inner: Arc::clone(&inner.inner),
+                });
+                return Ok(Transformed::yes(once as Arc<dyn PhysicalExpr>));
+            }
+            return Ok(Transformed::no(x));
+        }
         let Some(b) = x.downcast_ref::<BinaryExpr>() else {
             return Ok(Transformed::no(x));
         };
-        if !matches!(
+        let wraps = matches!(
             b.op(),
             Operator::Plus | Operator::Minus | Operator::Multiply
-        ) {
+        );
+        if !wraps && *b.op() != Operator::Divide {
             return Ok(Transformed::no(x));
         }
         let c = BinaryExpr::new(Arc::clone(b.left()), *b.op(), Arc::clone(b.right()))
-            .with_fail_on_overflow(true);
-        if c == *b {
-            return Ok(Transformed::no(x));
-        }
-        Ok(Transformed::yes(Arc::new(c) as Arc<dyn PhysicalExpr>))
+            .with_fail_on_overflow(wraps);
+        let fits = DecimalFits {
+            inner: Arc::new(c) as Arc<dyn PhysicalExpr>,
+        };
+        Ok(Transformed::yes(Arc::new(fits) as Arc<dyn PhysicalExpr>))
     })
     .map(|t| t.data)
+}
+
+/// `inner` (an arithmetic operation), failing where a decimal result has
+/// more digits than its type's precision. Arrow's decimal kernels check only
+/// that the result fits 128 bits: `DECIMAL(38, 2)` values `2e17` and `5e16`
+/// multiplied gave a `DECIMAL(38, 4)` of 39 digits, written as `1e33` (a
+/// tenth of the product), exit 0.
+#[derive(Debug, Eq)]
+pub(crate) struct DecimalFits {
+    inner: Arc<dyn PhysicalExpr>,
+}
+
+// (by hand, as DataFusion's own expressions do: rust-lang/rust#78808)
+impl PartialEq for DecimalFits {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.eq(&other.inner)
+    }
+}
+
+impl Hash for DecimalFits {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.inner.hash(state);
+    }
+}
+
+impl fmt::Display for DecimalFits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.inner)
+    }
+}
+
+impl PhysicalExpr for DecimalFits {
+    fn data_type(&self, input_schema: &Schema) -> Result<DataType> {
+        self.inner.data_type(input_schema)
+    }
+
+    fn nullable(&self, input_schema: &Schema) -> Result<bool> {
+        self.inner.nullable(input_schema)
+    }
+
+    fn return_field(&self, input_schema: &Schema) -> Result<FieldRef> {
+        self.inner.return_field(input_schema)
+    }
+
+    fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
+        let v = self.inner.evaluate(batch)?;
+        match &v {
+            ColumnarValue::Array(a) => {
+                if let (Some(d), DataType::Decimal128(p, _)) =
+                    (a.as_primitive_opt::<Decimal128Type>(), a.data_type())
+                {
+                    d.validate_decimal_precision(*p)?;
+                }
+            }
+            ColumnarValue::Scalar(ScalarValue::Decimal128(Some(x), p, _)) => {
+                Decimal128Type::validate_decimal_precision(*x, *p, 0)?;
+            }
+            ColumnarValue::Scalar(_) => {}
+        }
+        Ok(v)
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
+        vec![&self.inner]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn PhysicalExpr>>,
+    ) -> Result<Arc<dyn PhysicalExpr>> {
+        let [inner]: [Arc<dyn PhysicalExpr>; 1] = children.try_into().map_err(|_| {
+            DataFusionError::Internal("a decimal check takes one operand".to_string())
+        })?;
+        Ok(Arc::new(DecimalFits { inner }))
+    }
+
+    fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt_sql(f)
+    }
 }
 
 /// `-arg`, failing where the negation does not fit the type
