@@ -387,10 +387,6 @@ fn session_plan(window: &crate::spec::WindowSpec) -> Option<(i64, Vec<String>)> 
     }
 }
 
-/// Decide (and compile) the plan of a validated view from its DataFusion
-/// logical plan, planned in `ctx`. `bound` is the type of the window bounds
-/// (the first source's event-time type) and `query_schema` the query's
-/// output schema.
 /// The first output column that DataFusion's planner types (in `logical`)
 /// otherwise than the query computes it (`query_schema`, after type
 /// coercion), described. The incremental path renders columns by the type
@@ -407,6 +403,10 @@ fn retyped(logical: &LogicalPlan, query_schema: &SchemaRef) -> Option<String> {
     ))
 }
 
+/// Decide (and compile) the plan of a validated view from its DataFusion
+/// logical plan, planned in `ctx`. `bound` is the type of the window bounds
+/// (the first source's event-time type) and `query_schema` the query's
+/// output schema.
 pub(crate) fn plan_view(
     spec: &ViewSpec,
     logical: &LogicalPlan,

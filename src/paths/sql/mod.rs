@@ -79,7 +79,8 @@ pub(crate) struct SqlEvaluator {
     /// The plan executed: `plan` with Þund's checked aggregates ([`checked::rewrite`]).
     exec: LogicalPlan,
     tables: Vec<Arc<MemTable>>,
-    /// The query's output schema (all fields nullable).
+    /// The query's output schema: the names as written, the types as
+    /// computed (after type coercion), all fields nullable.
     pub out_schema: SchemaRef,
     rt: Arc<tokio::runtime::Runtime>,
 }
