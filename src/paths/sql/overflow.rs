@@ -30,24 +30,24 @@ use datafusion::physical_expr::PhysicalExpr;
 type Result<T> = datafusion::error::Result<T>;
 
 /// `e` with every `+`, `-` and `*` failing on overflow instead of wrapping,
-/// and every unary minus likewise ([`CheckedNegative`]).
+/// every unary minus likewise, and every decimal result of `+`, `-`, `*`
+/// and `/` failing where it has more digits than its type's precision
+/// ([`Checked`]).
 pub(crate) fn checked(e: Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
     e.transform_up(|x| {
         if let Some(n) = x.downcast_ref::<NegativeExpr>() {
-            let c = CheckedNegative {
-                arg: Arc::clone(n.arg()),
+            let c = Checked {
+                inner: Arc::clone(n.arg()),
+                negate: true,
             };
             return Ok(Transformed::yes(Arc::new(c) as Arc<dyn PhysicalExpr>));
         }
-        // (applied again: one check of a decimal's digits is enough)
-        if let Some(f) = x.downcast_ref::<DecimalFits>() {
-            if let Some(inner) = f.inner.downcast_ref::<DecimalFits>() {
-                let once = Arc::new(DecimalFits {
-                    inner: Arc::clone(&inner.inner),
-                });
-                return Ok(Transformed::yes(once as Arc<dyn PhysicalExpr>));
-            }
-            return Ok(Transformed::no(x));
+        // (applied again: one check of an operation is enough)
+        if let Some(c) = x.downcast_ref::<Checked>() {
+            return Ok(match c.inner.downcast_ref::<Checked>() {
+                Some(inner) if !c.negate && !inner.negate => Transformed::yes(Arc::clone(&c.inner)),
+                _ => Transformed::no(x),
+            });
         }
         let Some(b) = x.downcast_ref::<BinaryExpr>() else {
             return Ok(Transformed::no(x));
@@ -61,44 +61,52 @@ pub(crate) fn checked(e: Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>>
         }
         let c = BinaryExpr::new(Arc::clone(b.left()), *b.op(), Arc::clone(b.right()))
             .with_fail_on_overflow(wraps);
-        let fits = DecimalFits {
+        let c = Checked {
             inner: Arc::new(c) as Arc<dyn PhysicalExpr>,
+            negate: false,
         };
-        Ok(Transformed::yes(Arc::new(fits) as Arc<dyn PhysicalExpr>))
+        Ok(Transformed::yes(Arc::new(c) as Arc<dyn PhysicalExpr>))
     })
     .map(|t| t.data)
 }
 
-/// `inner` (an arithmetic operation), failing where a decimal result has
-/// more digits than its type's precision. Arrow's decimal kernels check only
-/// that the result fits 128 bits: `DECIMAL(38, 2)` values `2e17` and `5e16`
-/// multiplied gave a `DECIMAL(38, 4)` of 39 digits, written as `1e33` (a
-/// tenth of the product), exit 0.
+/// `inner` (an arithmetic operation), or with `negate` its negation
+/// (`NegativeExpr`'s, which wraps: `-i64::MIN` was `i64::MIN`) checked;
+/// failing too where a decimal result has more digits than its type's
+/// precision. Arrow's decimal kernels check only that the result fits 128
+/// bits: `DECIMAL(38, 2)` values `2e17` and `5e16` multiplied gave a
+/// `DECIMAL(38, 4)` of 39 digits, written as `1e33` (a tenth of the
+/// product), exit 0.
 #[derive(Debug, Eq)]
-pub(crate) struct DecimalFits {
+pub(crate) struct Checked {
     inner: Arc<dyn PhysicalExpr>,
+    negate: bool,
 }
 
 // (by hand, as DataFusion's own expressions do: rust-lang/rust#78808)
-impl PartialEq for DecimalFits {
+impl PartialEq for Checked {
     fn eq(&self, other: &Self) -> bool {
-        self.inner.eq(&other.inner)
+        self.negate == other.negate && self.inner.eq(&other.inner)
     }
 }
 
-impl Hash for DecimalFits {
+impl Hash for Checked {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.negate.hash(state);
         self.inner.hash(state);
     }
 }
 
-impl fmt::Display for DecimalFits {
+impl fmt::Display for Checked {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.inner)
+        match self.negate {
+            true => write!(f, "(- {})", self.inner),
+            false => write!(f, "{}", self.inner),
+        }
     }
 }
 
-impl PhysicalExpr for DecimalFits {
+impl PhysicalExpr for Checked {
     fn data_type(&self, input_schema: &Schema) -> Result<DataType> {
         self.inner.data_type(input_schema)
     }
@@ -112,7 +120,12 @@ impl PhysicalExpr for DecimalFits {
     }
 
     fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
-        let v = self.inner.evaluate(batch)?;
+        let v = match (self.inner.evaluate(batch)?, self.negate) {
+            (v, false) => v,
+            (ColumnarValue::Array(a), true) => ColumnarValue::Array(neg(a.as_ref())?),
+            // (a scalar's negation is checked already)
+            (ColumnarValue::Scalar(s), true) => ColumnarValue::Scalar(s.arithmetic_negate()?),
+        };
         match &v {
             ColumnarValue::Array(a) => {
                 if let (Some(d), DataType::Decimal128(p, _)) =
@@ -138,80 +151,22 @@ impl PhysicalExpr for DecimalFits {
         children: Vec<Arc<dyn PhysicalExpr>>,
     ) -> Result<Arc<dyn PhysicalExpr>> {
         let [inner]: [Arc<dyn PhysicalExpr>; 1] = children.try_into().map_err(|_| {
-            DataFusionError::Internal("a decimal check takes one operand".to_string())
+            DataFusionError::Internal("a checked operation takes one operand".to_string())
         })?;
-        Ok(Arc::new(DecimalFits { inner }))
+        Ok(Arc::new(Checked {
+            inner,
+            negate: self.negate,
+        }))
     }
 
     fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.inner.fmt_sql(f)
-    }
-}
-
-/// `-arg`, failing where the negation does not fit the type
-/// (`-i64::MIN`); otherwise DataFusion's `NegativeExpr`.
-#[derive(Debug, Eq)]
-pub(crate) struct CheckedNegative {
-    arg: Arc<dyn PhysicalExpr>,
-}
-
-// (by hand, as DataFusion's own expressions do: rust-lang/rust#78808)
-impl PartialEq for CheckedNegative {
-    fn eq(&self, other: &Self) -> bool {
-        self.arg.eq(&other.arg)
-    }
-}
-
-impl Hash for CheckedNegative {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.arg.hash(state);
-    }
-}
-
-impl fmt::Display for CheckedNegative {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "(- {})", self.arg)
-    }
-}
-
-impl PhysicalExpr for CheckedNegative {
-    fn data_type(&self, input_schema: &Schema) -> Result<DataType> {
-        self.arg.data_type(input_schema)
-    }
-
-    fn nullable(&self, input_schema: &Schema) -> Result<bool> {
-        self.arg.nullable(input_schema)
-    }
-
-    fn return_field(&self, input_schema: &Schema) -> Result<FieldRef> {
-        self.arg.return_field(input_schema)
-    }
-
-    fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
-        match self.arg.evaluate(batch)? {
-            ColumnarValue::Array(a) => Ok(ColumnarValue::Array(neg(a.as_ref())?)),
-            // (a scalar's negation is checked already)
-            ColumnarValue::Scalar(s) => Ok(ColumnarValue::Scalar(s.arithmetic_negate()?)),
+        match self.negate {
+            true => {
+                write!(f, "(- ")?;
+                self.inner.fmt_sql(f)?;
+                write!(f, ")")
+            }
+            false => self.inner.fmt_sql(f),
         }
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
-        vec![&self.arg]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn PhysicalExpr>>,
-    ) -> Result<Arc<dyn PhysicalExpr>> {
-        let [arg]: [Arc<dyn PhysicalExpr>; 1] = children
-            .try_into()
-            .map_err(|_| DataFusionError::Internal("a negation takes one operand".to_string()))?;
-        Ok(Arc::new(CheckedNegative { arg }))
-    }
-
-    fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "(- ")?;
-        self.arg.fmt_sql(f)?;
-        write!(f, ")")
     }
 }
