@@ -93,6 +93,18 @@ fn ints(k: &[i64], x: &[Option<i64>], ts: &[i64]) -> RecordBatch {
     .expect("batch")
 }
 
+/// `rows` of `(k, x, ts)` as batches of `ints`, `cut` rows each.
+fn int_batches(rows: &[(i64, Option<i64>, i64)], cut: usize) -> Vec<RecordBatch> {
+    rows.chunks(cut)
+        .map(|c| {
+            let k: Vec<i64> = c.iter().map(|r| r.0).collect();
+            let x: Vec<Option<i64>> = c.iter().map(|r| r.1).collect();
+            let ts: Vec<i64> = c.iter().map(|r| r.2).collect();
+            ints(&k, &x, &ts)
+        })
+        .collect()
+}
+
 /// Rows of key 1 with decimal `x` of precision `p` and scale `scale`
 /// (raw values) at times `ts`.
 fn decimals(p: u8, scale: i8, x: &[i128], ts: &[i64]) -> RecordBatch {
@@ -916,15 +928,7 @@ proptest! {
         rows in prop::collection::vec((0i64..4, extreme_int(), 0i64..3_000), 1..40),
         cut in 1usize..10,
     ) {
-        let batches: Vec<RecordBatch> = rows
-            .chunks(cut)
-            .map(|c| {
-                let k: Vec<i64> = c.iter().map(|r| r.0).collect();
-                let x: Vec<Option<i64>> = c.iter().map(|r| r.1).collect();
-                let ts: Vec<i64> = c.iter().map(|r| r.2).collect();
-                ints(&k, &x, &ts)
-            })
-            .collect();
+        let batches = int_batches(&rows, cut);
         let s = schema(DataType::Int64);
         let mean = |xs: &[i64]| {
             (!xs.is_empty()).then(|| {
@@ -968,19 +972,7 @@ proptest! {
 #[test]
 fn distinct_averages_are_exact_and_their_overflow_is_typed() {
     let run = |sql: &str, b: &RecordBatch, mode: ExecMode| {
-        let mut e = Engine::builder().build()?;
-        e.create_view(
-            ViewSpec::builder("v", sql)
-                .window(WindowSpec::tumbling(Duration::from_secs(1)))
-                .source("t", "ts", b.schema())
-                .output(OutputMode::Append)
-                .mode(mode)
-                .build()?,
-        )?;
-        e.push("t", b.clone())?;
-        let mut out = e.trigger()?.views[0].output.clone();
-        out.extend(e.finish()?.views[0].output.clone());
-        Ok::<_, Error>(out)
+        run_mode(sql, &b.schema(), std::slice::from_ref(b), mode).map(|(_, out)| out)
     };
     // integers near the limits, repeated: the distinct ones are averaged
     let xs = [i64::MIN, -463, 1 << 62, (1 << 62) + 1, -463, 7];
@@ -1073,15 +1065,7 @@ proptest! {
         op in 0usize..4,
         c in prop_oneof![Just(1i64), Just(2), Just(-1), Just(-3), Just(i64::MAX)],
     ) {
-        let batches: Vec<RecordBatch> = rows
-            .chunks(7)
-            .map(|ch| {
-                let k: Vec<i64> = ch.iter().map(|r| r.0).collect();
-                let x: Vec<Option<i64>> = ch.iter().map(|r| r.1).collect();
-                let ts: Vec<i64> = ch.iter().map(|r| r.2).collect();
-                ints(&k, &x, &ts)
-            })
-            .collect();
+        let batches = int_batches(&rows, 7);
         let s = schema(DataType::Int64);
         // the operation, as SQL writes it and as exact arithmetic computes it
         let (text, exact): (String, Box<dyn Fn(i128) -> i128>) = match op {
@@ -1167,18 +1151,6 @@ proptest! {
 #[test]
 fn unsigned_and_signed_arithmetic_datafusion_mistypes_runs_on_the_recompute_path() {
     let s = schema(DataType::UInt64);
-    let make = |sql: &str, mode: ExecMode| -> Result<Engine, Error> {
-        let mut e = Engine::builder().build()?;
-        e.create_view(
-            ViewSpec::builder("v", sql)
-                .window(WindowSpec::tumbling(Duration::from_secs(1)))
-                .source("t", "ts", s.clone())
-                .output(OutputMode::Append)
-                .mode(mode)
-                .build()?,
-        )?;
-        Ok(e)
-    };
     let batch = |x: u64| {
         RecordBatch::try_new(
             s.clone(),
@@ -1200,14 +1172,8 @@ fn unsigned_and_signed_arithmetic_datafusion_mistypes_runs_on_the_recompute_path
         ),
     ] {
         for mode in [ExecMode::Auto, ExecMode::Recompute] {
-            let mut e = make(sql, mode).expect(sql);
-            assert_eq!(
-                e.plan("v").expect("plan").path(),
-                thund::PathKind::Recompute
-            );
-            e.push("t", batch(u64::MAX)).expect("pushed");
-            let mut out = e.trigger().expect("trigger").views[0].output.clone();
-            out.extend(e.finish().expect("finish").views[0].output.clone());
+            let (path, out) = run_mode(sql, &s, &[batch(u64::MAX)], mode).expect(sql);
+            assert_eq!(path, thund::PathKind::Recompute);
             let d: Vec<i128> = out
                 .iter()
                 .flat_map(|b| {
@@ -1224,16 +1190,9 @@ fn unsigned_and_signed_arithmetic_datafusion_mistypes_runs_on_the_recompute_path
     // recomputes; it failed incrementally with a mismatch of row encodings
     let sql = "SELECT k, COUNT(*) AS c FROM t GROUP BY k, x - 1";
     let counts = [ExecMode::Auto, ExecMode::Recompute].map(|mode| {
-        let mut e = make(sql, mode).expect("made");
-        assert_eq!(
-            e.plan("v").expect("plan").path(),
-            thund::PathKind::Recompute
-        );
-        for x in [5, 5, 6] {
-            e.push("t", batch(x)).expect("pushed");
-        }
-        let mut out = e.trigger().expect("trigger").views[0].output.clone();
-        out.extend(e.finish().expect("finish").views[0].output.clone());
+        let batches = [5, 5, 6].map(batch);
+        let (path, out) = run_mode(sql, &s, &batches, mode).expect("runs");
+        assert_eq!(path, thund::PathKind::Recompute);
         let mut c: Vec<i64> = out
             .iter()
             .flat_map(|b| column::<Int64Array>(b, Some("c")).values().to_vec())
@@ -1279,23 +1238,33 @@ fn both_modes(
     schema: &SchemaRef,
     batches: &[RecordBatch],
 ) -> [Result<Vec<RecordBatch>, Error>; 2] {
-    [ExecMode::Auto, ExecMode::Recompute].map(|mode| {
-        let mut e = Engine::builder().build()?;
-        e.create_view(
-            ViewSpec::builder("v", sql)
-                .window(WindowSpec::tumbling(Duration::from_secs(1)))
-                .source("t", "ts", schema.clone())
-                .output(OutputMode::Append)
-                .mode(mode)
-                .build()?,
-        )?;
-        for b in batches {
-            e.push("t", b.clone())?;
-        }
-        let mut out = e.trigger()?.views[0].output.clone();
-        out.extend(e.finish()?.views[0].output.clone());
-        Ok(out)
-    })
+    [ExecMode::Auto, ExecMode::Recompute]
+        .map(|mode| run_mode(sql, schema, batches, mode).map(|(_, out)| out))
+}
+
+/// `sql` over 1 s tumbling windows in `mode`, Append, over `batches` all
+/// pushed before one trigger: the path it took and its output, or its error.
+fn run_mode(
+    sql: &str,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    mode: ExecMode,
+) -> Result<(thund::PathKind, Vec<RecordBatch>), Error> {
+    let mut e = Engine::builder().build()?;
+    e.create_view(
+        ViewSpec::builder("v", sql)
+            .window(WindowSpec::tumbling(Duration::from_secs(1)))
+            .source("t", "ts", schema.clone())
+            .output(OutputMode::Append)
+            .mode(mode)
+            .build()?,
+    )?;
+    for b in batches {
+        e.push("t", b.clone())?;
+    }
+    let mut out = e.trigger()?.views[0].output.clone();
+    out.extend(e.finish()?.views[0].output.clone());
+    Ok((e.plan("v")?.path(), out))
 }
 
 proptest! {
@@ -1392,21 +1361,6 @@ fn a_case_datafusion_mistypes_runs_on_the_recompute_path() {
         ],
     )
     .expect("batch");
-    let run = |sql: &str, mode: ExecMode| -> Result<(thund::PathKind, Vec<RecordBatch>), Error> {
-        let mut e = Engine::builder().build()?;
-        e.create_view(
-            ViewSpec::builder("v", sql)
-                .window(WindowSpec::tumbling(Duration::from_secs(1)))
-                .source("t", "ts", s.clone())
-                .output(OutputMode::Append)
-                .mode(mode)
-                .build()?,
-        )?;
-        e.push("t", b.clone())?;
-        let mut out = e.trigger()?.views[0].output.clone();
-        out.extend(e.finish()?.views[0].output.clone());
-        Ok((e.plan("v")?.path(), out))
-    };
     let case = "CASE WHEN x > 0 THEN x ELSE k END";
     for (sql, auto, col, want) in [
         (
@@ -1437,7 +1391,7 @@ fn a_case_datafusion_mistypes_runs_on_the_recompute_path() {
         ),
     ] {
         for mode in [ExecMode::Auto, ExecMode::Recompute] {
-            let (path, out) = run(&sql, mode).expect(&sql);
+            let (path, out) = run_mode(&sql, &s, std::slice::from_ref(&b), mode).expect(&sql);
             if mode == ExecMode::Auto {
                 assert_eq!(path, auto, "{sql}");
             }
