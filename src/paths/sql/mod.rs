@@ -151,19 +151,17 @@ impl SqlEvaluator {
                 .create_physical_plan(&optimized, &state),
         )
         .map_err(sql_err)?;
-        // the columns' types as the plan runs them, after type coercion:
-        // DataFusion's planner types some values otherwise (a `CASE` of
-        // `INT` and `BIGINT` branches as `INT`, computed `BIGINT`; `v - 1`
-        // of a `BIGINT UNSIGNED` `v` as `DECIMAL(20, 0)`, computed
+        // the columns' types as the plan runs them, after type coercion (the
+        // optimized plan's: the optimizer keeps the analyzed schema): the
+        // planner types some values otherwise (a `CASE` of `INT` and
+        // `BIGINT` branches as `INT`, computed `BIGINT`; `v - 1` of a
+        // `BIGINT UNSIGNED` `v` as `DECIMAL(20, 0)`, computed
         // `DECIMAL(21, 0)`), and every batch of such a column failed at the
         // first trigger; such a view runs on the recompute path (see
         // `plan::retyped`)
-        let analyzed = (state.analyzer())
-            .execute_and_check(exec.clone(), state.config_options(), |_, _| {})
-            .map_err(sql_err)?;
         let out_schema = Arc::new(Schema::new(
             (plan.schema().fields().iter())
-                .zip(analyzed.schema().fields().iter())
+                .zip(optimized.schema().fields().iter())
                 .map(|(f, g)| {
                     (f.as_ref().clone())
                         .with_data_type(g.data_type().clone())
