@@ -69,6 +69,99 @@ fn nondeterministic(plan: &LogicalPlan) -> Option<String> {
     found
 }
 
+/// The sides of `plan`'s joins (each a source's rows through filters and
+/// projections only) whose expressions can fail (`100 / (b.v - 7) > 5`).
+///
+/// The incremental join evaluates what DataFusion pushes into a side on
+/// every row of that side, a row without a partner too. DataFusion's hash
+/// join does not read its probe side when its build side has no row (the
+/// window holds rows of one side only, or the other side's rows all fail
+/// its conditions or have NULL keys), so the recompute path runs these
+/// sides over every row of their source before the query: both paths then
+/// fail on the same rows, or neither does. A side that cannot fail is not
+/// run again.
+fn side_checks(plan: &LogicalPlan) -> Vec<LogicalPlan> {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    let mut checks = Vec::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::Join(j) = node {
+            for side in [j.left.as_ref(), j.right.as_ref()] {
+                if row_wise_over_a_scan(side) && can_fail(side) {
+                    checks.push(side.clone());
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    checks
+}
+
+/// Whether `side` is one source's rows through filters, projections and
+/// aliases only.
+fn row_wise_over_a_scan(side: &LogicalPlan) -> bool {
+    match side {
+        LogicalPlan::TableScan(_) => true,
+        LogicalPlan::Filter(_) | LogicalPlan::Projection(_) | LogicalPlan::SubqueryAlias(_) => {
+            side.inputs().len() == 1 && row_wise_over_a_scan(side.inputs()[0])
+        }
+        _ => false,
+    }
+}
+
+/// Whether an expression of `side`'s nodes can fail on some row: anything
+/// but columns, literals, comparisons, `AND`, `OR`, `NOT`, `IS [NOT] NULL`,
+/// `BETWEEN` and `IN` of literals (a cast or any arithmetic can).
+fn can_fail(side: &LogicalPlan) -> bool {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Expr, Operator};
+    let fails = std::cell::Cell::new(false);
+    let look = |e: &Expr| {
+        e.apply(|x| {
+            let safe = match x {
+                Expr::Column(_)
+                | Expr::Literal(..)
+                | Expr::Alias(_)
+                | Expr::Not(_)
+                | Expr::IsNull(_)
+                | Expr::IsNotNull(_)
+                | Expr::IsTrue(_)
+                | Expr::IsFalse(_)
+                | Expr::IsNotTrue(_)
+                | Expr::IsNotFalse(_)
+                | Expr::Between(_)
+                | Expr::InList(_) => true,
+                Expr::BinaryExpr(b) => matches!(
+                    b.op,
+                    Operator::Eq
+                        | Operator::NotEq
+                        | Operator::Lt
+                        | Operator::LtEq
+                        | Operator::Gt
+                        | Operator::GtEq
+                        | Operator::And
+                        | Operator::Or
+                        | Operator::IsDistinctFrom
+                        | Operator::IsNotDistinctFrom
+                ),
+                _ => false,
+            };
+            fails.set(fails.get() || !safe);
+            Ok(match safe {
+                true => TreeNodeRecursion::Continue,
+                false => TreeNodeRecursion::Stop,
+            })
+        })
+    };
+    let _ = side.apply(|node| {
+        node.apply_expressions(look)?;
+        Ok(match fails.get() {
+            true => TreeNodeRecursion::Stop,
+            false => TreeNodeRecursion::Continue,
+        })
+    });
+    fails.get()
+}
+
 /// The view's SQL planned once over in-memory tables whose contents are swapped per evaluation.
 #[derive(Clone)]
 pub(crate) struct SqlEvaluator {
@@ -79,6 +172,10 @@ pub(crate) struct SqlEvaluator {
     /// The plan executed: `plan` with Þund's checked aggregates ([`checked::rewrite`]).
     exec: LogicalPlan,
     tables: Vec<Arc<MemTable>>,
+    /// The sides of the plan's joins whose filters or projections can fail,
+    /// as the optimizer leaves them: run over every row of their source
+    /// before the query (see [`side_checks`]).
+    side_checks: Vec<LogicalPlan>,
     /// The query's output schema: the names as written, the types as
     /// computed (after type coercion), all fields nullable.
     pub out_schema: SchemaRef,
@@ -169,12 +266,14 @@ impl SqlEvaluator {
                 })
                 .collect::<Vec<_>>(),
         ));
+        let side_checks = side_checks(&optimized);
         Ok(SqlEvaluator {
             view: view.to_string(),
             ctx,
             plan,
             exec,
             tables,
+            side_checks,
             out_schema,
             rt,
         })
@@ -199,7 +298,7 @@ impl SqlEvaluator {
     /// `window` (which an overflow error names).
     pub fn eval(&self, rows: Vec<Vec<RecordBatch>>, window: Option<Window>) -> Result<RecordBatch> {
         let tables: Vec<&MemTable> = self.tables.iter().map(|t| t.as_ref()).collect();
-        self.run(&self.exec, &tables, rows, window)
+        self.run(&self.exec, &self.side_checks, &tables, rows, window)
     }
 
     /// `plan` (made in this evaluator's session, with Þund's arithmetic: see
@@ -252,18 +351,28 @@ impl SqlEvaluator {
         self.collected(out, window)
     }
 
+    /// Run `plan` with `rows[i]` as the contents of `tables[i]`, after
+    /// running each of `checks` (its rows dropped as they come: only its
+    /// error counts).
     fn run(
         &self,
         plan: &LogicalPlan,
+        checks: &[LogicalPlan],
         tables: &[&MemTable],
         rows: Vec<Vec<RecordBatch>>,
         window: Option<Window>,
     ) -> Result<RecordBatch> {
+        use futures::TryStreamExt;
         let batches = self.rt.block_on(async {
             for (t, r) in tables.iter().zip(rows) {
                 *t.batches[0].write().await = r;
             }
             let out = async {
+                for check in checks {
+                    let df = self.ctx.execute_logical_plan(check.clone()).await?;
+                    let mut stream = df.execute_stream().await?;
+                    while stream.try_next().await?.is_some() {}
+                }
                 let df = self.ctx.execute_logical_plan(plan.clone()).await?;
                 df.collect().await
             }
