@@ -303,11 +303,10 @@ fn pushed_sides(
     join: &datafusion::logical_expr::Join,
 ) -> Result<[LogicalPlan; 2], FallbackReason> {
     use datafusion::optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate;
-    use datafusion::optimizer::push_down_filter::PushDownFilter;
     use datafusion::optimizer::{Optimizer, OptimizerContext};
     let optimizer = Optimizer::with_rules(vec![
         Arc::new(ExtractEquijoinPredicate::new()),
-        Arc::new(PushDownFilter::new()),
+        Arc::new(crate::paths::sql::order::InOrderPushDown::default()),
     ]);
     let pushed = optimizer
         .optimize(plan.clone(), &OptimizerContext::new(), |_, _| {})

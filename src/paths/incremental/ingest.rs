@@ -616,6 +616,12 @@ pub(super) fn evaluate(
         (Ok(a), _) => Ok(a),
         (Err(err), None) => Err(err),
         (Err(err), Some(pass)) if pass.iter().all(|p| *p) => Err(err),
+        // no row passes: nothing is evaluated (a constant that fails, `ABS`
+        // of `i64::MIN`, fails only where a row reaches it)
+        (Err(err), Some(pass)) if !pass.iter().any(|p| *p) => match e.data_type(&batch.schema()) {
+            Ok(t) => Ok(arrow::array::new_null_array(&t, n)),
+            Err(_) => Err(err),
+        },
         (Err(_), Some(pass)) => {
             let through = filter_record_batch(batch, &BooleanArray::from(pass.to_vec()))?;
             let a = e
@@ -986,11 +992,32 @@ impl IncrementalView {
                     *last = v;
                 }
             }
-            let arrs = folds
+            // each FILTER's true rows, and each argument evaluated on the rows
+            // its FILTER keeps (as SQL does: `SUM(-v) FILTER (WHERE v > 0)`
+            // never negates `i64::MIN`), NULL elsewhere
+            let filtered = folds
                 .first
                 .iter()
                 .map(|&j| {
-                    evaluate(self.plan.aggs[j].arg.as_ref(), batch, Some(&pass))
+                    let a = &self.plan.aggs[j];
+                    a.filter
+                        .as_ref()
+                        .map(|f| true_rows(&view, "FILTER", f.as_ref(), batch, Some(&pass)))
+                        .transpose()
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let arrs = folds
+                .first
+                .iter()
+                .zip(&filtered)
+                .map(|(&j, only)| {
+                    let feeds: Option<Vec<bool>> = only.as_ref().map(|m| {
+                        (pass.iter().enumerate())
+                            .map(|(i, p)| *p && m.is_valid(i))
+                            .collect()
+                    });
+                    let rows = feeds.as_deref().unwrap_or(&pass);
+                    evaluate(self.plan.aggs[j].arg.as_ref(), batch, Some(rows))
                         .map_err(|e| Error::eval(&view, e))
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -1022,20 +1049,17 @@ impl IncrementalView {
                     }
                 };
                 let mut args = Vec::with_capacity(m);
-                for (a, arr) in folds.first.iter().map(|&j| &self.plan.aggs[j]).zip(&arrs) {
+                let firsts = folds.first.iter().map(|&j| &self.plan.aggs[j]);
+                for ((a, arr), filter) in firsts.zip(&arrs).zip(&filtered) {
                     let arr = arr.clone();
                     let elsewhere = match group_entry {
                         true => a.per_value.is_some(),
                         // another argument's entries fold it, or the group's
                         false => a.tag != tag || (split && a.per_value.is_none()),
                     };
-                    let only = if elsewhere {
-                        Some(NullBuffer::new_null(n))
-                    } else {
-                        a.filter
-                            .as_ref()
-                            .map(|f| true_rows(&view, "FILTER", f.as_ref(), batch, Some(&pass)))
-                            .transpose()?
+                    let only = match elsewhere {
+                        true => Some(NullBuffer::new_null(n)),
+                        false => filter.clone(),
                     };
                     args.push(self.arg(a, arr, only)?);
                 }

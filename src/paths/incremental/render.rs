@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatchOptions;
 use arrow::array::{
-    Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
-    UInt32Array, UInt64Array,
+    new_empty_array, Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array,
+    RecordBatch, UInt32Array, UInt64Array,
 };
 use arrow::compute::{cast, filter_record_batch, lexsort_to_indices, SortColumn};
 use arrow::datatypes::{DataType, Field, Schema};
@@ -100,7 +100,10 @@ impl IncrementalView {
         let mut ends: ArrayRef = Arc::new(Int64Array::from_iter_values(
             updates.iter().map(|u| self.shown_window(u.window()).end),
         ));
-        if let Some(h) = &self.plan.having {
+        // (no group, nothing evaluated: a constant that fails, `ABS` of
+        // `i64::MIN`, fails only where a group reaches it, as on the
+        // recompute path)
+        if let Some(h) = self.plan.having.as_ref().filter(|_| !updates.is_empty()) {
             let m = h
                 .evaluate(&agg_batch)
                 .and_then(|c| c.into_array(agg_batch.num_rows()))
@@ -115,6 +118,14 @@ impl IncrementalView {
         }
         let n = agg_batch.num_rows();
         let query: Vec<ArrayRef> = match &self.plan.projection {
+            Some(p) if n == 0 => p
+                .iter()
+                .map(|e| {
+                    e.data_type(&agg_batch.schema())
+                        .map(|t| new_empty_array(&t))
+                })
+                .collect::<datafusion::error::Result<Vec<_>>>()
+                .map_err(|e| Error::eval(view, e))?,
             Some(p) => p
                 .iter()
                 .map(|e| e.evaluate(&agg_batch).and_then(|c| c.into_array(n)))
@@ -177,10 +188,11 @@ impl IncrementalView {
         o.sort
             .iter()
             .map(|(e, options)| {
-                let values = e
-                    .evaluate(&batch)
-                    .and_then(|c| c.into_array(n))
-                    .map_err(|err| Error::eval(&self.view, err))?;
+                let values = match n {
+                    0 => e.data_type(&batch.schema()).map(|t| new_empty_array(&t)),
+                    _ => e.evaluate(&batch).and_then(|c| c.into_array(n)),
+                }
+                .map_err(|err| Error::eval(&self.view, err))?;
                 Ok(SortColumn {
                     values,
                     options: Some(*options),

@@ -394,8 +394,29 @@ fn aggregate(a: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
         });
     }
     let mut aggs = Vec::with_capacity(a.aggr_expr().len());
-    for af in a.aggr_expr() {
-        let (args, args_changed) = rules_all(af.expressions())?;
+    for (af, filter) in a.aggr_expr().iter().zip(&filters) {
+        let (args, mut args_changed) = rules_all(af.expressions())?;
+        // an argument that can fail, evaluated only where the FILTER holds
+        // (as PostgreSQL does, and DataFusion does for a global aggregate
+        // but not a grouped one): `SUM(-v) FILTER (WHERE v > 0)` never
+        // negates `i64::MIN`
+        let args = match filter {
+            Some(f) => args
+                .into_iter()
+                .map(|arg| match may_fail(&arg) {
+                    true => {
+                        args_changed = true;
+                        datafusion::physical_expr::expressions::case(
+                            None,
+                            vec![(Arc::clone(f), arg)],
+                            None,
+                        )
+                    }
+                    false => Ok(arg),
+                })
+                .collect::<Result<Vec<_>>>()?,
+            None => args,
+        };
         if !args_changed {
             aggs.push(Arc::clone(af));
             continue;

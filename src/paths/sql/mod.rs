@@ -6,6 +6,7 @@
 pub(crate) mod checked;
 pub(crate) mod live;
 pub(crate) mod logic;
+pub(crate) mod order;
 pub(crate) mod overflow;
 
 use std::sync::Arc;
@@ -29,11 +30,15 @@ use crate::window::Window;
 
 /// A DataFusion session with `config` in which SQL runs as Þund runs it:
 /// integer arithmetic that fails on overflow (see [`overflow`]), `AND` and
-/// `OR` evaluated left to right, row by row (see [`logic`]).
+/// `OR` evaluated left to right, row by row (see [`logic`]), and a
+/// filter's conjuncts kept in the query's order (see [`order`]).
 pub(crate) fn session(config: SessionConfig) -> SessionContext {
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()
+        .with_optimizer_rules(order::in_order(
+            datafusion::optimizer::Optimizer::new().rules,
+        ))
         .with_physical_optimizer_rule(Arc::new(logic::ExpressionRules))
         .build();
     SessionContext::new_with_state(state)
@@ -66,6 +71,81 @@ fn nondeterministic(plan: &LogicalPlan) -> Option<String> {
     };
     // (the closures never fail: a walk's error is none of ours to report)
     let _ = plan.apply_with_subqueries(|node| node.apply_expressions(&mut look));
+    found
+}
+
+/// The first constant subexpression of `plan` (no column, no aggregate, no
+/// subquery; not a lone literal) whose evaluation fails with Þund's
+/// arithmetic, and why: `-(-9223372036854775807 - 1)`, `ABS(i64::MIN)`,
+/// `1 / 0`.
+///
+/// DataFusion's optimizer leaves such a constant in place, and drops it
+/// where it simplifies what holds it (`CASE WHEN 1 / 0 = 1 THEN k ELSE k
+/// END` is `k`); it is evaluated on an empty batch as on a full one. So a
+/// view failed or not by which path ran it and whether a window had rows.
+/// Refusing it when the view is made is PostgreSQL's answer: it folds
+/// constants when it plans a query.
+fn failing_constant(ctx: &SessionContext, plan: &LogicalPlan) -> Option<(String, String)> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::common::DFSchema;
+    use datafusion::logical_expr::Expr;
+    let constant = |e: &Expr| {
+        let mut yes = true;
+        let _ = e.apply(|x| {
+            yes &= !matches!(
+                x,
+                Expr::Column(_)
+                    | Expr::OuterReferenceColumn(..)
+                    | Expr::ScalarVariable(..)
+                    | Expr::Placeholder(_)
+                    | Expr::AggregateFunction(_)
+                    | Expr::WindowFunction(_)
+                    | Expr::ScalarSubquery(_)
+                    | Expr::Exists(_)
+                    | Expr::InSubquery(_)
+                    | Expr::SetComparison(_)
+                    | Expr::GroupingSet(_)
+            );
+            Ok(match yes {
+                true => TreeNodeRecursion::Continue,
+                false => TreeNodeRecursion::Stop,
+            })
+        });
+        yes
+    };
+    let empty = DFSchema::empty();
+    let one_row = RecordBatch::try_new_with_options(
+        Arc::new(Schema::empty()),
+        vec![],
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
+    )
+    .ok()?;
+    let fails = |e: &Expr| -> Option<String> {
+        // (what cannot be planned alone is not judged here)
+        let p = ctx.create_physical_expr(e.clone(), &empty).ok()?;
+        let p = logic::rules(p).ok()?;
+        p.evaluate(&one_row).err().map(|err| err.to_string())
+    };
+    let mut found = None;
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|x| {
+                if matches!(x, Expr::Literal(..) | Expr::Alias(_)) || !constant(x) {
+                    return Ok(TreeNodeRecursion::Continue);
+                }
+                if let Some(why) = fails(x) {
+                    found = Some((x.to_string(), why));
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                // (a constant that evaluates: what it holds does too)
+                Ok(TreeNodeRecursion::Jump)
+            })
+        })?;
+        Ok(match found.is_some() {
+            true => TreeNodeRecursion::Stop,
+            false => TreeNodeRecursion::Continue,
+        })
+    });
     found
 }
 
@@ -231,6 +311,13 @@ impl SqlEvaluator {
                  input rows (the two paths evaluate a window at different times, and a \
                  resumed run again), so `{name}` is refused; compute with the event time \
                  (its column, or window_start and window_end) instead"
+            ))));
+        }
+        if let Some((constant, why)) = failing_constant(&ctx, &plan) {
+            return Err(sql_err(datafusion::error::DataFusionError::Plan(format!(
+                "the constant `{constant}` cannot be evaluated ({why}); a view's \
+                 constants are evaluated when it is made, as PostgreSQL folds them \
+                 when it plans a query, whatever rows would reach them"
             ))));
         }
         let exec = checked::rewrite(plan.clone()).map_err(sql_err)?;
