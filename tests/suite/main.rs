@@ -17,6 +17,7 @@ mod crash;
 mod ddl;
 mod encodings;
 mod expressions;
+mod generated;
 mod hostile_input;
 mod incremental_state;
 mod late_and_idle;
