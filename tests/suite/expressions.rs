@@ -300,6 +300,33 @@ fn a_query_datafusion_cannot_plan_is_refused_when_the_view_is_made() {
     }
 }
 
+/// A constant that cannot be evaluated refuses the view when it is made, on
+/// both paths, wherever it stands: DataFusion's optimizer leaves it in place
+/// (evaluated on a window's batch, empty or not) or drops it with the `CASE`
+/// it conditions, so such a view failed or not by path.
+#[test]
+fn a_constant_that_cannot_be_evaluated_is_refused_when_the_view_is_made() {
+    for sql in [
+        "SELECT k, SUM(CASE WHEN -(-9223372036854775807 - 1) = k THEN k ELSE k END) AS s \
+         FROM t GROUP BY k",
+        "SELECT SUM(k) AS s FROM t HAVING COUNT(*) > CASE WHEN ABS(-9223372036854775807 - 1) = 1 \
+         THEN 1 ELSE 1 END",
+        "SELECT k, COUNT(*) AS n FROM t WHERE v > 0 OR 1 / 0 > 1 GROUP BY k",
+    ] {
+        for exec in [ExecMode::Auto, ExecMode::Recompute] {
+            let err = create(sql, exec).expect_err("refused when made");
+            assert!(matches!(&err, thund::Error::Sql { .. }), "{exec:?}: {err}");
+            assert!(err.to_string().contains("cannot be evaluated"), "{err}");
+        }
+    }
+    // a constant that evaluates is taken
+    let sql = "SELECT k, SUM(CASE WHEN -(-9223372036854775807) = k THEN k ELSE 2 * 3 END) AS s \
+               FROM t GROUP BY k";
+    for exec in [ExecMode::Auto, ExecMode::Recompute] {
+        create(sql, exec).expect("taken");
+    }
+}
+
 /// A function whose value is not a function of its arguments (`random()`,
 /// `uuid()`, the clock's `now()`, `CURRENT_DATE`, `current_time()`) is
 /// refused when the view is made, wherever the query calls it, on both paths:
