@@ -40,6 +40,10 @@ const GUARDED: &[&str] = &[
     // an aggregate's FILTER guards its argument
     "SELECT k, SUM(-v) FILTER (WHERE v > -5) AS s, COUNT(100 / v) FILTER (WHERE v <> 0) AS c \
      FROM t GROUP BY k",
+    // also an argument kept per value, alone or beside another
+    "SELECT k, COUNT(DISTINCT 100 / v) FILTER (WHERE v <> 0) AS d FROM t GROUP BY k",
+    "SELECT k, COUNT(DISTINCT 100 / v) FILTER (WHERE v <> 0) AS d, COUNT(DISTINCT s) AS ds \
+     FROM t GROUP BY k",
 ];
 
 /// The same queries' failing parts, unguarded.

@@ -974,24 +974,6 @@ impl IncrementalView {
             let n = batch.num_rows();
             let held = self.splits(o.times.values(), &pass);
             let split = held.is_some();
-            // the keys and arguments evaluated once per batch
-            let mut keys = match &self.converter {
-                None => Vec::new(),
-                Some(_) => self.key_columns(batch, Some(&pass))?,
-            };
-            // MIN/MAX kept per value: two entries per unit and group
-            if self.plan.extremes_per_value() {
-                let only = extremes_only(
-                    &keys,
-                    o.times.values(),
-                    &pass,
-                    self.config.panes,
-                    &self.plan.windows,
-                )?;
-                if let (Some(v), Some(last)) = (only, keys.last_mut()) {
-                    *last = v;
-                }
-            }
             // each FILTER's true rows, and each argument evaluated on the rows
             // its FILTER keeps (as SQL does: `SUM(-v) FILTER (WHERE v > 0)`
             // never negates `i64::MIN`), NULL elsewhere
@@ -1006,6 +988,65 @@ impl IncrementalView {
                         .transpose()
                 })
                 .collect::<Result<Vec<_>>>()?;
+            // a value kept per value (the last key, or argument `tag`'s),
+            // evaluated only where an aggregate kept per value takes the row:
+            // every row WHERE keeps, unless each such aggregate has a FILTER
+            // (then where one holds)
+            let value_rows_of = |tag: Option<usize>| -> Option<Vec<bool>> {
+                let fs: Vec<Option<&NullBuffer>> = (folds.first.iter().zip(&filtered))
+                    .filter(|(j, _)| {
+                        let a = &self.plan.aggs[**j];
+                        a.per_value.is_some() && tag.is_none_or(|t| a.tag == t)
+                    })
+                    .map(|(_, f)| f.as_ref())
+                    .collect();
+                let fs: Vec<&NullBuffer> = match fs.is_empty() {
+                    true => None,
+                    false => fs.into_iter().collect(),
+                }?;
+                Some(
+                    (pass.iter().enumerate())
+                        .map(|(i, p)| *p && fs.iter().any(|f| f.is_valid(i)))
+                        .collect(),
+                )
+            };
+            let (value_rows, tag_rows): (Option<Vec<bool>>, Vec<Option<Vec<bool>>>) =
+                match &self.plan.tagged {
+                    Some(t) => (
+                        None,
+                        (0..t.args.len()).map(|g| value_rows_of(Some(g))).collect(),
+                    ),
+                    None => (value_rows_of(None), Vec::new()),
+                };
+            // the keys and arguments evaluated once per batch
+            let mut keys = match &self.converter {
+                None => Vec::new(),
+                Some(_) => {
+                    let last = self.plan.keys.len().saturating_sub(1);
+                    let value = value_rows
+                        .as_deref()
+                        .filter(|_| self.plan.keeps_per_value());
+                    (self.plan.keys.iter().enumerate())
+                        .map(|(i, k)| match (i == last, value) {
+                            (true, Some(rows)) => self.canonical(k.as_ref(), batch, Some(rows)),
+                            _ => self.canonical(k.as_ref(), batch, Some(&pass)),
+                        })
+                        .collect::<Result<Vec<_>>>()?
+                }
+            };
+            // MIN/MAX kept per value: two entries per unit and group
+            if self.plan.extremes_per_value() {
+                let only = extremes_only(
+                    &keys,
+                    o.times.values(),
+                    &pass,
+                    self.config.panes,
+                    &self.plan.windows,
+                )?;
+                if let (Some(v), Some(last)) = (only, keys.last_mut()) {
+                    *last = v;
+                }
+            }
             let arrs = folds
                 .first
                 .iter()
@@ -1037,7 +1078,9 @@ impl IncrementalView {
                             }
                             None => &keys,
                             Some(t) => {
-                                tagged = self.argument_key_columns(t, &keys, batch, tag, &pass)?;
+                                let rows = tag_rows.get(tag).and_then(|r| r.as_deref());
+                                let rows = rows.unwrap_or(&pass);
+                                tagged = self.argument_key_columns(t, &keys, batch, tag, rows)?;
                                 &tagged
                             }
                         };
