@@ -74,6 +74,15 @@ fn nondeterministic(plan: &LogicalPlan) -> Option<String> {
     found
 }
 
+/// The error refusing a view for a constant that cannot be evaluated.
+fn refused_constant(constant: &str, why: &str) -> datafusion::error::DataFusionError {
+    datafusion::error::DataFusionError::Plan(format!(
+        "the constant `{constant}` cannot be evaluated ({why}); a view's constants are \
+         evaluated when it is made, as PostgreSQL folds them when it plans a query, \
+         whatever rows would reach them"
+    ))
+}
+
 /// The first constant subexpression of `plan` (no column, no aggregate, no
 /// subquery; not a lone literal) whose evaluation fails with Þund's
 /// arithmetic, and why: `-(-9223372036854775807 - 1)`, `ABS(i64::MIN)`,
@@ -314,11 +323,7 @@ impl SqlEvaluator {
             ))));
         }
         if let Some((constant, why)) = failing_constant(&ctx, &plan) {
-            return Err(sql_err(datafusion::error::DataFusionError::Plan(format!(
-                "the constant `{constant}` cannot be evaluated ({why}); a view's \
-                 constants are evaluated when it is made, as PostgreSQL folds them \
-                 when it plans a query, whatever rows would reach them"
-            ))));
+            return Err(sql_err(refused_constant(&constant, &why)));
         }
         let exec = checked::rewrite(plan.clone()).map_err(sql_err)?;
         // what DataFusion's optimizer or physical planner refuses whatever
@@ -329,6 +334,11 @@ impl SqlEvaluator {
         // trigger with rows (each evaluation plans the query again)
         let state = ctx.state();
         let optimized = state.optimize(&exec).map_err(sql_err)?;
+        // (and one the optimizer's simplification leaves: `ABS(CASE WHEN k = k
+        // THEN i64::MIN ELSE k END)` of a `k` that is never NULL)
+        if let Some((constant, why)) = failing_constant(&ctx, &optimized) {
+            return Err(sql_err(refused_constant(&constant, &why)));
+        }
         rt.block_on(
             state
                 .query_planner()
