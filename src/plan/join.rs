@@ -306,7 +306,7 @@ fn pushed_sides(
     use datafusion::optimizer::{Optimizer, OptimizerContext};
     let optimizer = Optimizer::with_rules(vec![
         Arc::new(ExtractEquijoinPredicate::new()),
-        Arc::new(crate::paths::sql::order::InOrderPushDown::default()),
+        Arc::new(crate::paths::sql::order::rule()),
     ]);
     let pushed = optimizer
         .optimize(plan.clone(), &OptimizerContext::new(), |_, _| {})

@@ -44,6 +44,15 @@ const GUARDED: &[&str] = &[
     "SELECT k, COUNT(DISTINCT 100 / v) FILTER (WHERE v <> 0) AS d FROM t GROUP BY k",
     "SELECT k, COUNT(DISTINCT 100 / v) FILTER (WHERE v <> 0) AS d, COUNT(DISTINCT s) AS ds \
      FROM t GROUP BY k",
+    // a subexpression only filtered arguments hold is not shared with a
+    // projection that evaluates it on every row
+    "SELECT k, SUM(ABS(-v)) FILTER (WHERE v > -5) AS a, MAX(-v) FILTER (WHERE v > -5) AS b \
+     FROM t GROUP BY k",
+    "SELECT SUM(ABS(-v)) FILTER (WHERE NOT k <> COALESCE(v, -v)) AS a, COUNT(*) AS n FROM t",
+    // a window whose rows all fail the FILTER evaluates the argument on no
+    // rows, not its CASE's constant
+    "SELECT SUM(ABS(CASE WHEN v <> v THEN -9223372036854775807 - 1 ELSE v END)) \
+     FILTER (WHERE v > 6) AS s, COUNT(*) AS n FROM t",
 ];
 
 /// The same queries' failing parts, unguarded.

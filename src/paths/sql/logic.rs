@@ -163,6 +163,92 @@ impl PhysicalExpr for LazyLogic {
     }
 }
 
+/// An aggregate's argument `arg` where its `FILTER` holds, NULL on the
+/// other rows, as `CASE WHEN filter THEN arg END` reads; but `arg` is never
+/// evaluated on no rows. DataFusion's global aggregate gives its arguments
+/// the rows its `FILTER` keeps, which may be none, and its `CASE` on no rows
+/// may return a branch's constant as a scalar: `ABS(CASE WHEN v <> v THEN
+/// i64::MIN ELSE v END)` then failed on a window whose rows all fail the
+/// `FILTER`, where the incremental path evaluates nothing.
+#[derive(Debug, Eq)]
+pub(crate) struct Guard {
+    filter: Arc<dyn PhysicalExpr>,
+    arg: Arc<dyn PhysicalExpr>,
+}
+
+// (by hand, as for [`LazyLogic`])
+impl PartialEq for Guard {
+    fn eq(&self, other: &Self) -> bool {
+        self.filter.eq(&other.filter) && self.arg.eq(&other.arg)
+    }
+}
+
+impl Hash for Guard {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.filter.hash(state);
+        self.arg.hash(state);
+    }
+}
+
+impl fmt::Display for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CASE WHEN {} THEN {} END", self.filter, self.arg)
+    }
+}
+
+impl PhysicalExpr for Guard {
+    fn data_type(&self, input_schema: &Schema) -> Result<DataType> {
+        self.arg.data_type(input_schema)
+    }
+
+    fn nullable(&self, _input_schema: &Schema) -> Result<bool> {
+        Ok(true)
+    }
+
+    fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
+        let n = batch.num_rows();
+        let nulls = || -> Result<ColumnarValue> {
+            let t = self.arg.data_type(batch.schema_ref())?;
+            Ok(ColumnarValue::Array(arrow::array::new_null_array(&t, n)))
+        };
+        if n == 0 {
+            return nulls();
+        }
+        let holds = boolean(self.filter.evaluate(batch)?.into_array(n)?)?;
+        // NULL is not TRUE: such rows are refused as FALSE ones are
+        let holds = match holds.nulls() {
+            Some(valid) => BooleanArray::new(holds.values() & valid.inner(), None),
+            None => holds,
+        };
+        if holds.true_count() == 0 {
+            return nulls();
+        }
+        self.arg.evaluate_selection(batch, &holds)
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
+        vec![&self.filter, &self.arg]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn PhysicalExpr>>,
+    ) -> Result<Arc<dyn PhysicalExpr>> {
+        let [filter, arg]: [Arc<dyn PhysicalExpr>; 2] = children
+            .try_into()
+            .map_err(|_| DataFusionError::Internal("a guard takes two operands".to_string()))?;
+        Ok(Arc::new(Guard { filter, arg }))
+    }
+
+    fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CASE WHEN ")?;
+        self.filter.fmt_sql(f)?;
+        write!(f, " THEN ")?;
+        self.arg.fmt_sql(f)?;
+        write!(f, " END")
+    }
+}
+
 /// An operand's values as booleans (a NULL literal's type is `Null`).
 fn boolean(a: arrow::array::ArrayRef) -> Result<BooleanArray> {
     let a = match a.data_type() {
@@ -406,11 +492,10 @@ fn aggregate(a: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
                 .map(|arg| match may_fail(&arg) {
                     true => {
                         args_changed = true;
-                        datafusion::physical_expr::expressions::case(
-                            None,
-                            vec![(Arc::clone(f), arg)],
-                            None,
-                        )
+                        Ok(Arc::new(Guard {
+                            filter: Arc::clone(f),
+                            arg,
+                        }) as Arc<dyn PhysicalExpr>)
                     }
                     false => Ok(arg),
                 })

@@ -4,8 +4,10 @@
 //! executes follows Þund's arithmetic ([`checked`]), not DataFusion's.
 
 pub(crate) mod checked;
+pub(crate) mod filtered;
 pub(crate) mod live;
 pub(crate) mod logic;
+pub(crate) mod marked;
 pub(crate) mod order;
 pub(crate) mod overflow;
 
@@ -30,15 +32,23 @@ use crate::window::Window;
 
 /// A DataFusion session with `config` in which SQL runs as Þund runs it:
 /// integer arithmetic that fails on overflow (see [`overflow`]), `AND` and
-/// `OR` evaluated left to right, row by row (see [`logic`]), and a
-/// filter's conjuncts kept in the query's order (see [`order`]).
+/// `OR` evaluated left to right, row by row (see [`logic`]), a filter's
+/// conjuncts kept in the query's order (see [`order`]), and an aggregate's
+/// argument evaluated only where its `FILTER` holds (see [`filtered`]).
 pub(crate) fn session(config: SessionConfig) -> SessionContext {
+    let rules = datafusion::optimizer::Optimizer::new()
+        .rules
+        .into_iter()
+        .map(|r| match r.name() {
+            order::NAME => Arc::new(order::rule()) as Arc<_>,
+            filtered::NAME => Arc::new(filtered::rule()) as Arc<_>,
+            _ => r,
+        })
+        .collect();
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()
-        .with_optimizer_rules(order::in_order(
-            datafusion::optimizer::Optimizer::new().rules,
-        ))
+        .with_optimizer_rules(rules)
         .with_physical_optimizer_rule(Arc::new(logic::ExpressionRules))
         .build();
     SessionContext::new_with_state(state)
