@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arrow::compute::SortOptions;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Column, DFSchema};
+use datafusion::common::{Column, DFSchema, ScalarValue};
 use datafusion::logical_expr::{Aggregate, Expr, ExprSchemable};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
@@ -609,6 +609,47 @@ fn over_aggregate(e: &Expr, agg: &Aggregate) -> datafusion::error::Result<Expr> 
         .map(|t| t.data)
 }
 
+/// By aggregate of `s`: whether the rest of the query no longer reads it
+/// once its expressions are simplified as DataFusion's optimizer does
+/// (`CASE WHEN 2 > 0 THEN SUM(k) ELSE SUM(100 / k) END` reads `SUM(k)`
+/// alone). The recompute path's optimizer drops such an aggregate, so its
+/// argument is never evaluated there; the incremental path must not
+/// evaluate it either, or it fails where the other passes.
+fn dead_aggregates(s: &Shape<'_>, ctx: &SessionContext) -> Vec<bool> {
+    let n = s.aggregate.aggr_expr.len();
+    let Some(projection) = s.projection else {
+        // every aggregate is output
+        return vec![false; n];
+    };
+    let agg_df = s.aggregate.schema.as_ref();
+    let mut read = std::collections::HashSet::new();
+    for e in projection.iter().chain(s.having) {
+        let simplified =
+            over_aggregate(e, s.aggregate).and_then(|x| super::simplified(ctx, &x, agg_df));
+        match simplified {
+            Ok(x) => read.extend(x.column_refs().into_iter().cloned()),
+            // (what does not simplify is read whole)
+            Err(_) => return vec![false; n],
+        }
+    }
+    if let Some(o) = &s.order {
+        for e in o.sort {
+            read.extend(e.expr.column_refs().into_iter().cloned());
+        }
+    }
+    let keys = s.aggregate.group_expr.len();
+    (0..n)
+        .map(|i| {
+            let (q, f) = s.aggregate.schema.qualified_field(keys + i);
+            let column = Column::new(q.cloned(), f.name());
+            !read.contains(&column)
+                && !read
+                    .iter()
+                    .any(|c| c.relation.is_none() && c.name == column.name)
+        })
+        .collect()
+}
+
 /// Compile an accepted shape: the printable plan and what rendering runs, or
 /// the reason it cannot run incrementally.
 pub(super) fn compile(
@@ -662,8 +703,19 @@ pub(super) fn compile(
     let mut agg_desc = Vec::new();
     let mut value_args: Vec<(Expr, DataType)> = Vec::new();
     let mut calls = Vec::new();
-    for e in &s.aggregate.aggr_expr {
-        let call = agg_func(e, input)?;
+    let dead = dead_aggregates(s, ctx);
+    for (e, dead) in s.aggregate.aggr_expr.iter().zip(dead) {
+        let mut call = agg_func(e, input)?;
+        if dead {
+            // never evaluated: NULL of its type, on no row's condition
+            call.1 = Expr::Literal(
+                ScalarValue::try_from(&call.2).map_err(|err| FallbackReason::CannotCompile {
+                    detail: format!("`{e}`: {err}"),
+                })?,
+                None,
+            );
+            call.3 = None;
+        }
         let (_, arg, input_type, _, per_value) = &call;
         let tag = match per_value {
             None => 0,

@@ -1,6 +1,7 @@
 //! Generated queries: random integer expressions (arithmetic at the limits,
 //! division, `CASE`, `COALESCE`, `AND`/`OR`) as group keys, aggregate
-//! arguments, `FILTER`s, `WHERE` and `HAVING`, over random rows holding
+//! arguments (also `DISTINCT`), `FILTER`s and `WHERE`, and expressions over
+//! aggregates in `HAVING` and the select list, over random rows holding
 //! NULL, 0, 7 and the limits of `BIGINT`. Whatever path a query takes, it
 //! gives the same rows at every trigger on it as on the recompute path, or
 //! both paths fail.
@@ -68,8 +69,8 @@ fn case() -> impl Strategy<Value = Triggers<Vec<Row>>> {
 /// An integer expression over `k`, `v` and `w`.
 fn int_expr() -> impl Strategy<Value = String> {
     let leaf = prop_oneof![
-        4 => prop::sample::select(vec!["k", "v", "w"]).prop_map(String::from),
-        2 => prop::sample::select(vec!["0", "1", "2", "7", "-3"]).prop_map(String::from),
+        8 => prop::sample::select(vec!["k", "v", "w"]).prop_map(String::from),
+        3 => prop::sample::select(vec!["0", "1", "2", "7", "-3"]).prop_map(String::from),
         1 => prop::sample::select(vec!["9223372036854775807", "(-9223372036854775807 - 1)"])
             .prop_map(String::from),
     ];
@@ -87,7 +88,7 @@ fn int_expr() -> impl Strategy<Value = String> {
                 prop::sample::select(vec!["+", "-", "*", "/", "%"])
             )
                 .prop_map(|(a, b, op)| format!("({a} {op} {b})")),
-            inner.clone().prop_map(|a| format!("(-{a})")),
+            inner.clone().prop_map(|a| format!("(- {a})")),
             inner.clone().prop_map(|a| format!("ABS({a})")),
             (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("COALESCE({a}, {b})")),
             (bool_leaf, inner.clone(), inner)
@@ -118,35 +119,79 @@ fn condition() -> impl Strategy<Value = String> {
     })
 }
 
-/// An aggregate of an integer expression, perhaps with a `FILTER`.
+/// An aggregate of an integer expression, perhaps of its distinct values,
+/// perhaps with a `FILTER`.
 fn aggregate() -> impl Strategy<Value = String> {
     (
         prop::sample::select(vec!["SUM", "MIN", "MAX", "AVG", "COUNT"]),
+        prop::bool::weighted(0.2),
         int_expr(),
         prop::option::weighted(0.3, condition()),
     )
-        .prop_map(|(f, a, filter)| match filter {
-            Some(c) => format!("{f}({a}) FILTER (WHERE {c})"),
-            None => format!("{f}({a})"),
+        .prop_map(|(f, distinct, a, filter)| {
+            let distinct = if distinct { "DISTINCT " } else { "" };
+            match filter {
+                Some(c) => format!("{f}({distinct}{a}) FILTER (WHERE {c})"),
+                None => format!("{f}({distinct}{a})"),
+            }
         })
 }
 
-/// A grouped (or global) aggregate query with an optional `WHERE` and
-/// `HAVING`.
+/// An integer expression over aggregates (of integer arguments: `AVG` is
+/// left out, its value is a float) and literals, as the rest of the query
+/// evaluates it per group.
+fn over_aggregates() -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        3 => (
+            prop::sample::select(vec!["SUM", "MIN", "MAX", "COUNT"]),
+            int_expr(),
+        )
+            .prop_map(|(f, a)| format!("{f}({a})")),
+        1 => Just("COUNT(*)".to_string()),
+        1 => prop::sample::select(vec!["0", "2", "-3", "9223372036854775807"])
+            .prop_map(String::from),
+    ];
+    leaf.prop_recursive(2, 6, 2, |inner| {
+        prop_oneof![
+            (
+                inner.clone(),
+                inner.clone(),
+                prop::sample::select(vec!["+", "-", "*", "/"])
+            )
+                .prop_map(|(a, b, op)| format!("({a} {op} {b})")),
+            (inner.clone(), inner.clone(), inner)
+                .prop_map(|(c, a, b)| format!("CASE WHEN {c} > 0 THEN {a} ELSE {b} END")),
+        ]
+    })
+}
+
+/// A grouped (or global) aggregate query with an optional `WHERE`, a
+/// `HAVING` and a column computed from aggregates.
 fn query() -> impl Strategy<Value = String> {
     (
         prop::option::weighted(0.8, int_expr()),
         prop::collection::vec(aggregate(), 1..3),
         prop::option::weighted(0.4, condition()),
-        prop::option::weighted(0.2, (int_expr(), prop::sample::select(vec![">", "<>"]))),
+        prop::option::weighted(
+            0.3,
+            (
+                over_aggregates(),
+                prop::sample::select(vec![">", "<>"]),
+                over_aggregates(),
+            ),
+        ),
+        prop::option::weighted(0.3, over_aggregates()),
     )
-        .prop_map(|(key, aggs, filter, having)| {
+        .prop_map(|(key, aggs, filter, having, computed)| {
             let mut select: Vec<String> = Vec::new();
             if let Some(k) = &key {
                 select.push(format!("{k} AS g"));
             }
             for (i, a) in aggs.iter().enumerate() {
                 select.push(format!("{a} AS a{i}"));
+            }
+            if let Some(e) = computed {
+                select.push(format!("{e} AS e"));
             }
             select.push("COUNT(*) AS n".to_string());
             let mut sql = format!("SELECT {} FROM t", select.join(", "));
@@ -156,8 +201,8 @@ fn query() -> impl Strategy<Value = String> {
             if let Some(k) = &key {
                 sql += &format!(" GROUP BY {k}");
             }
-            if let Some((e, op)) = having {
-                sql += &format!(" HAVING COUNT(*) {op} {}", e.replace(['k', 'v', 'w'], "1"));
+            if let Some((a, op, b)) = having {
+                sql += &format!(" HAVING {a} {op} {b}");
             }
             sql
         })
@@ -181,7 +226,7 @@ fn run(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(common::cases(64)))]
+    #![proptest_config(ProptestConfig::with_cases(common::cases(96)))]
 
     /// A generated query gives the same rows on the path it takes as on
     /// the recompute path, or fails on both.

@@ -105,8 +105,9 @@ fn refused_constant(constant: &str, why: &str) -> datafusion::error::DataFusionE
 /// Refusing it when the view is made is PostgreSQL's answer: it folds
 /// constants when it plans a query.
 fn failing_constant(ctx: &SessionContext, plan: &LogicalPlan) -> Option<(String, String)> {
-    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
     use datafusion::common::DFSchema;
+    use datafusion::logical_expr::simplify::ExprSimplifyResult;
     use datafusion::logical_expr::Expr;
     let constant = |e: &Expr| {
         let mut yes = true;
@@ -139,9 +140,27 @@ fn failing_constant(ctx: &SessionContext, plan: &LogicalPlan) -> Option<(String,
         &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
     )
     .ok()?;
+    let simplify = datafusion::optimizer::simplify_expressions::SimplifyContext::builder()
+        .with_schema(Arc::new(DFSchema::empty()))
+        .with_config_options(Arc::clone(ctx.state().config_options()))
+        .build();
     let fails = |e: &Expr| -> Option<String> {
+        // the functions that only run once simplified (`coalesce`, `nvl`) as
+        // the optimizer leaves them, and nothing else folded: its constant
+        // folding does not follow Þund's arithmetic
+        let e = e
+            .clone()
+            .transform_up(|x| match x {
+                Expr::ScalarFunction(f) => match f.func.simplify(f.args.clone(), &simplify)? {
+                    ExprSimplifyResult::Simplified(s) => Ok(Transformed::yes(s)),
+                    ExprSimplifyResult::Original(_) => Ok(Transformed::no(Expr::ScalarFunction(f))),
+                },
+                x => Ok(Transformed::no(x)),
+            })
+            .ok()?
+            .data;
         // (what cannot be planned alone is not judged here)
-        let p = ctx.create_physical_expr(e.clone(), &empty).ok()?;
+        let p = ctx.create_physical_expr(e, &empty).ok()?;
         let p = logic::rules(p).ok()?;
         p.evaluate(&one_row).err().map(|err| err.to_string())
     };
