@@ -53,6 +53,9 @@ const GUARDED: &[&str] = &[
     // evaluated (the recompute path's optimizer drops it)
     "SELECT k, COUNT(v) AS c FROM t GROUP BY k \
      HAVING CASE WHEN 2 > 0 THEN COUNT(v) ELSE SUM(100 / v) END > 0",
+    // nor shares a subexpression with a filtered argument on every row
+    "SELECT SUM(CASE WHEN 100 / v > 1 THEN 1 ELSE 0 END) FILTER (WHERE v <> 0) AS s, \
+     0 * COUNT(100 / v) AS z, COUNT(*) AS n FROM t",
     // a window whose rows all fail the FILTER evaluates the argument on no
     // rows, not its CASE's constant
     "SELECT SUM(ABS(CASE WHEN v <> v THEN -9223372036854775807 - 1 ELSE v END)) \

@@ -39,10 +39,17 @@ pub(crate) fn session(config: SessionConfig) -> SessionContext {
     let rules = datafusion::optimizer::Optimizer::new()
         .rules
         .into_iter()
-        .map(|r| match r.name() {
-            order::NAME => Arc::new(order::rule()) as Arc<_>,
-            filtered::NAME => Arc::new(filtered::rule()) as Arc<_>,
-            _ => r,
+        .flat_map(|r| match r.name() {
+            order::NAME => vec![Arc::new(order::rule()) as Arc<_>],
+            // the aggregates the simplified query no longer reads dropped
+            // first, as the incremental path never evaluates them: a
+            // subexpression only they evaluate on every row is not shared
+            filtered::NAME => vec![
+                Arc::new(datafusion::optimizer::optimize_projections::OptimizeProjections::new())
+                    as Arc<_>,
+                Arc::new(filtered::rule()) as Arc<_>,
+            ],
+            _ => vec![r],
         })
         .collect();
     let state = SessionStateBuilder::new()
