@@ -615,39 +615,78 @@ fn over_aggregate(e: &Expr, agg: &Aggregate) -> datafusion::error::Result<Expr> 
 /// alone). The recompute path's optimizer drops such an aggregate, so its
 /// argument is never evaluated there; the incremental path must not
 /// evaluate it either, or it fails where the other passes.
-fn dead_aggregates(s: &Shape<'_>, ctx: &SessionContext) -> Vec<bool> {
+fn dead_aggregates(s: &Shape<'_>, ctx: &SessionContext, outputs: usize) -> Vec<bool> {
     let n = s.aggregate.aggr_expr.len();
     let Some(projection) = s.projection else {
         // every aggregate is output
         return vec![false; n];
     };
-    let agg_df = s.aggregate.schema.as_ref();
-    let mut read = std::collections::HashSet::new();
-    for e in projection.iter().chain(s.having) {
-        let simplified =
-            over_aggregate(e, s.aggregate).and_then(|x| super::simplified(ctx, &x, agg_df));
-        match simplified {
-            Ok(x) => read.extend(x.column_refs().into_iter().cloned()),
-            // (what does not simplify is read whole)
-            Err(_) => return vec![false; n],
-        }
-    }
+    let simplified = |e: &Expr, schema: &DFSchema| super::simplified(ctx, e, schema).ok();
+    // what the sort reads of the projection (which also holds the columns
+    // only the sort reads, after the query's own)
+    let mut sorted = std::collections::HashSet::new();
     if let Some(o) = &s.order {
         for e in o.sort {
-            read.extend(e.expr.column_refs().into_iter().cloned());
+            let Some(x) = simplified(&e.expr, o.schema) else {
+                return vec![false; n];
+            };
+            sorted.extend(x.column_refs().into_iter().map(|c| c.name.clone()));
         }
+    }
+    let agg_df = s.aggregate.schema.as_ref();
+    let mut read = std::collections::HashSet::new();
+    let shown = projection
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| *i < outputs || sorted.contains(&e.qualified_name().1))
+        .map(|(_, e)| e);
+    for e in shown.chain(s.having) {
+        let Some(x) = over_aggregate(e, s.aggregate)
+            .ok()
+            .and_then(|x| simplified(&x, agg_df))
+        else {
+            // (what does not simplify is read whole)
+            return vec![false; n];
+        };
+        read.extend(x.column_refs().into_iter().map(|c| c.name.clone()));
     }
     let keys = s.aggregate.group_expr.len();
     (0..n)
-        .map(|i| {
-            let (q, f) = s.aggregate.schema.qualified_field(keys + i);
-            let column = Column::new(q.cloned(), f.name());
-            !read.contains(&column)
-                && !read
-                    .iter()
-                    .any(|c| c.relation.is_none() && c.name == column.name)
-        })
+        .map(|i| !read.contains(s.aggregate.schema.field(keys + i).name()))
         .collect()
+}
+
+/// Under a post stage that reads only the group table's columns `read` (by
+/// index: the keys, then the aggregates), each aggregate it does not read
+/// compiled as never evaluated (see [`dead_aggregates`]; no aggregate of a
+/// post stage is kept per value). (Which columns the rest reads is known
+/// once it is optimized, which also drops those columns.)
+pub(super) fn drop_unread(
+    plan: &mut AggregatePlan,
+    compiled: &mut CompiledAggregate,
+    read: &[usize],
+) -> Result<(), FallbackReason> {
+    let keys = compiled.group_keys;
+    for (i, (agg, spec)) in compiled
+        .aggs
+        .iter_mut()
+        .zip(&mut plan.aggregates)
+        .enumerate()
+    {
+        if read.contains(&(keys + i)) || agg.per_value.is_some() {
+            continue;
+        }
+        let null = ScalarValue::try_from(&agg.input_type).map_err(|err| {
+            FallbackReason::CannotCompile {
+                detail: format!("`{}`: {err}", agg.name),
+            }
+        })?;
+        agg.arg = datafusion::physical_expr::expressions::lit(null);
+        agg.filter = None;
+        spec.arg = "NULL".to_string();
+        spec.filter = None;
+    }
+    Ok(())
 }
 
 /// Compile an accepted shape: the printable plan and what rendering runs, or
@@ -703,7 +742,7 @@ pub(super) fn compile(
     let mut agg_desc = Vec::new();
     let mut value_args: Vec<(Expr, DataType)> = Vec::new();
     let mut calls = Vec::new();
-    let dead = dead_aggregates(s, ctx);
+    let dead = dead_aggregates(s, ctx, query_schema.fields().len());
     for (e, dead) in s.aggregate.aggr_expr.iter().zip(dead) {
         let mut call = agg_func(e, input)?;
         if dead {

@@ -518,6 +518,11 @@ fn over_one_input(
         if compiled.keeps_per_value() {
             return Err(reason);
         }
+        // an aggregate the optimized rest no longer reads is never evaluated,
+        // as on the recompute path, whose optimizer drops it
+        if let Some(read) = post::columns_read(&split.rest, ctx) {
+            aggregate::drop_unread(&mut plan, &mut compiled, &read)?;
+        }
         plan.post = Some(split.rest.display_indent().to_string());
         let (extremal, name) = extremal::extremal(&split.rest).unzip();
         // over the groups holding the extremum, the rest without its condition,

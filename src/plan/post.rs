@@ -91,6 +91,31 @@ pub(crate) fn split(plan: &LogicalPlan) -> Option<Split> {
     })
 }
 
+/// The columns of the group table that `rest`, optimized in `ctx`, reads
+/// (by index); `None` where that is not known (all are read).
+pub(super) fn columns_read(
+    rest: &LogicalPlan,
+    ctx: &datafusion::prelude::SessionContext,
+) -> Option<Vec<usize>> {
+    let optimized = ctx.state().optimize(rest).ok()?;
+    let mut read = Vec::new();
+    let mut whole = false;
+    optimized
+        .apply_with_subqueries(|p| {
+            if let LogicalPlan::TableScan(t) = p {
+                if t.table_name.table() == GROUPS {
+                    match &t.projection {
+                        Some(cols) => read.extend(cols.iter().copied()),
+                        None => whole = true,
+                    }
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .ok()?;
+    (!whole).then_some(read)
+}
+
 /// The alias an aggregate's input gives the source (`FROM bid AS b1`): the
 /// name of the `SubqueryAlias` under its filters, if any.
 fn source_alias(p: &LogicalPlan) -> Option<String> {

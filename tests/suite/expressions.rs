@@ -53,6 +53,8 @@ const GUARDED: &[&str] = &[
     // evaluated (the recompute path's optimizer drops it)
     "SELECT k, COUNT(v) AS c FROM t GROUP BY k \
      HAVING CASE WHEN 2 > 0 THEN COUNT(v) ELSE SUM(100 / v) END > 0",
+    "SELECT k, COUNT(v) AS c FROM t GROUP BY k \
+     ORDER BY CASE WHEN 2 > 0 THEN COUNT(v) ELSE SUM(100 / v) END, k LIMIT 2",
     // nor shares a subexpression with a filtered argument on every row
     "SELECT SUM(CASE WHEN 100 / v > 1 THEN 1 ELSE 0 END) FILTER (WHERE v <> 0) AS s, \
      0 * COUNT(100 / v) AS z, COUNT(*) AS n FROM t",

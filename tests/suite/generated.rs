@@ -1,7 +1,8 @@
 //! Generated queries: random integer expressions (arithmetic at the limits,
 //! division, `CASE`, `COALESCE`, `AND`/`OR`) as group keys, aggregate
 //! arguments (also `DISTINCT`), `FILTER`s and `WHERE`, and expressions over
-//! aggregates in `HAVING` and the select list, over random rows holding
+//! aggregates in `HAVING`, the select list and `ORDER BY … LIMIT`, over
+//! random rows holding
 //! NULL, 0, 7 and the limits of `BIGINT`. Whatever path a query takes, it
 //! gives the same rows at every trigger on it as on the recompute path, or
 //! both paths fail.
@@ -166,7 +167,8 @@ fn over_aggregates() -> impl Strategy<Value = String> {
 }
 
 /// A grouped (or global) aggregate query with an optional `WHERE`, a
-/// `HAVING` and a column computed from aggregates.
+/// `HAVING`, a column computed from aggregates, and (grouped) the first
+/// groups by an expression over aggregates.
 fn query() -> impl Strategy<Value = String> {
     (
         prop::option::weighted(0.8, int_expr()),
@@ -181,8 +183,9 @@ fn query() -> impl Strategy<Value = String> {
             ),
         ),
         prop::option::weighted(0.3, over_aggregates()),
+        prop::option::weighted(0.25, (over_aggregates(), prop::bool::ANY, 1usize..4)),
     )
-        .prop_map(|(key, aggs, filter, having, computed)| {
+        .prop_map(|(key, aggs, filter, having, computed, order)| {
             let mut select: Vec<String> = Vec::new();
             if let Some(k) = &key {
                 select.push(format!("{k} AS g"));
@@ -203,6 +206,11 @@ fn query() -> impl Strategy<Value = String> {
             }
             if let Some((a, op, b)) = having {
                 sql += &format!(" HAVING {a} {op} {b}");
+            }
+            // the first rows of a total order (the group key breaks ties)
+            if let (Some((by, desc, n)), Some(_)) = (order, &key) {
+                let dir = if desc { "DESC" } else { "ASC" };
+                sql += &format!(" ORDER BY {by} {dir}, g LIMIT {n}");
             }
             sql
         })
