@@ -120,6 +120,10 @@ pub enum FallbackReason {
     AggregateReads(Construct),
     /// WHERE or HAVING holds a subquery.
     SubqueryInPredicate,
+    /// Simplified, the query reads no row (`HAVING 0 * COUNT(*) > 0`,
+    /// `LIMIT 0`): the recompute path evaluates nothing of it, as PostgreSQL
+    /// does not.
+    ReadsNoRows,
     /// The select list holds a subquery.
     SubqueryInSelect,
     /// `f(DISTINCT …)`.
@@ -201,6 +205,10 @@ impl std::fmt::Display for FallbackReason {
             Uses(c) => write!(f, "the query uses {c}"),
             AggregateReads(c) => write!(f, "the aggregate reads {c}"),
             SubqueryInPredicate => f.write_str("a predicate holds a subquery"),
+            ReadsNoRows => f.write_str(
+                "simplified, the query reads no row (a condition that is always false, \
+                 or LIMIT 0): nothing of it is evaluated",
+            ),
             SubqueryInSelect => f.write_str("the select list holds a subquery"),
             DistinctAggregate { func } => write!(f, "{func}(DISTINCT …) is not incremental"),
             DistinctArguments { args } => write!(
@@ -403,6 +411,23 @@ fn retyped(logical: &LogicalPlan, query_schema: &SchemaRef) -> Option<String> {
     ))
 }
 
+/// Whether `logical`, optimized in `ctx` as the recompute path runs it,
+/// reads no source: its optimizer proved a condition always false
+/// (`HAVING 0 * COUNT(*) > 0`) and dropped what lay below it, so nothing of
+/// the query is evaluated there (a group key that divides by zero neither).
+fn reads_no_rows(logical: &LogicalPlan, ctx: &SessionContext) -> bool {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    let Ok(optimized) = ctx.state().optimize(logical) else {
+        return false;
+    };
+    let mut scans = 0usize;
+    let _ = optimized.apply_with_subqueries(|p| {
+        scans += usize::from(matches!(p, LogicalPlan::TableScan(_)));
+        Ok(TreeNodeRecursion::Continue)
+    });
+    scans == 0
+}
+
 /// Decide (and compile) the plan of a validated view from its DataFusion
 /// logical plan, planned in `ctx`. `bound` is the type of the window bounds
 /// (the first source's event-time type) and `query_schema` the query's
@@ -420,6 +445,9 @@ pub(crate) fn plan_view(
     let Some(window) = spec.window.as_ref() else {
         return Planned::recompute(FallbackReason::NoWindow);
     };
+    if reads_no_rows(logical, ctx) {
+        return Planned::recompute(FallbackReason::ReadsNoRows);
+    }
     if let Some(detail) = retyped(logical, &query_schema) {
         return Planned::recompute(FallbackReason::CannotCompile { detail });
     }

@@ -119,9 +119,14 @@ fn table() -> Vec<(&'static str, Option<Why>)> {
             "SELECT g, COUNT(*) AS c FROM a GROUP BY g ORDER BY c, g LIMIT 2 OFFSET 1",
             None,
         ),
+        // (an unordered LIMIT, which is not incremental, is also no row here)
         (
             "SELECT k, COUNT(*) AS c FROM a GROUP BY k LIMIT 0",
-            Some(Why::Uses(Construct::Limit)),
+            Some(Why::ReadsNoRows),
+        ),
+        (
+            "SELECT k, COUNT(*) AS c FROM a GROUP BY k HAVING 0 * COUNT(*) > 0",
+            Some(Why::ReadsNoRows),
         ),
         // the source read only through one aggregate: the rest per window over its groups
         ("SELECT k FROM a GROUP BY k ORDER BY COUNT(*) DESC, k LIMIT 1", None),
