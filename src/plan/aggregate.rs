@@ -676,17 +676,20 @@ pub(super) fn drop_unread(
         if read.contains(&(keys + i)) || agg.per_value.is_some() {
             continue;
         }
-        let null = ScalarValue::try_from(&agg.input_type).map_err(|err| {
-            FallbackReason::CannotCompile {
-                detail: format!("`{}`: {err}", agg.name),
-            }
-        })?;
-        agg.arg = datafusion::physical_expr::expressions::lit(null);
+        agg.arg = datafusion::physical_expr::expressions::lit(null_of(&agg.input_type, &agg.name)?);
         agg.filter = None;
         spec.arg = "NULL".to_string();
         spec.filter = None;
     }
     Ok(())
+}
+
+/// The NULL of `dt`, the argument of an aggregate (named `what`) that is
+/// never evaluated.
+fn null_of(dt: &DataType, what: impl std::fmt::Display) -> Result<ScalarValue, FallbackReason> {
+    ScalarValue::try_from(dt).map_err(|err| FallbackReason::CannotCompile {
+        detail: format!("`{what}`: {err}"),
+    })
 }
 
 /// Compile an accepted shape: the printable plan and what rendering runs, or
@@ -747,12 +750,7 @@ pub(super) fn compile(
         let mut call = agg_func(e, input)?;
         if dead {
             // never evaluated: NULL of its type, on no row's condition
-            call.1 = Expr::Literal(
-                ScalarValue::try_from(&call.2).map_err(|err| FallbackReason::CannotCompile {
-                    detail: format!("`{e}`: {err}"),
-                })?,
-                None,
-            );
+            call.1 = Expr::Literal(null_of(&call.2, e)?, None);
             call.3 = None;
         }
         let (_, arg, input_type, _, per_value) = &call;
