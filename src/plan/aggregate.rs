@@ -703,6 +703,19 @@ pub(super) fn compile(
     ctx: &SessionContext,
 ) -> Result<(AggregatePlan, CompiledAggregate), FallbackReason> {
     let input: &DFSchema = s.aggregate.input.schema();
+    // one output column per group key and aggregate: a key given twice
+    // (`GROUP BY s, 1`, the ordinal naming `s` again) is one column of
+    // DataFusion's aggregate, so its columns are not by position
+    let (groups, aggregates) = (s.aggregate.group_expr.len(), s.aggregate.aggr_expr.len());
+    if s.aggregate.schema.fields().len() != groups + aggregates {
+        return Err(FallbackReason::CannotCompile {
+            detail: format!(
+                "the aggregate has {} columns for {groups} group keys and {aggregates} aggregates \
+                 (a group key given twice)",
+                s.aggregate.schema.fields().len()
+            ),
+        });
+    }
     let phys = |e: &Expr, schema: &DFSchema| {
         super::physical(ctx, e, schema).map_err(|err| FallbackReason::CannotCompile {
             detail: format!("`{e}`: {err}"),
@@ -832,10 +845,16 @@ pub(super) fn compile(
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // a value kept per value is a key: kept by its declared type
+    let declared = |e: &Expr| {
+        super::physical_as_declared(ctx, e, input).map_err(|err| FallbackReason::CannotCompile {
+            detail: format!("`{e}`: {err}"),
+        })
+    };
     let tagged = match value_args.as_slice() {
         [] => None,
         [(arg, dt)] => {
-            keys.push(phys(arg, input)?);
+            keys.push(declared(arg)?);
             key_fields.push(Field::new(format!("value({arg})"), dt.clone(), true));
             None
         }
@@ -851,7 +870,7 @@ pub(super) fn compile(
             Some(Tagged {
                 args: value_args
                     .iter()
-                    .map(|(a, _)| phys(a, input))
+                    .map(|(a, _)| declared(a))
                     .collect::<Result<Vec<_>, _>>()?,
                 encode: (!same).then_some(encoders),
             })

@@ -322,8 +322,10 @@ impl Planned {
 /// key, a projected column): an error where DataFusion's planner types `e`
 /// one way and computes another (a `CASE` of `INT` and `BIGINT` branches,
 /// typed `INT`, computed `BIGINT`), so that the view runs on the recompute
-/// path, which computes it whole as DataFusion does. (An aggregate's
-/// argument needs no such check: it is cast to the aggregate's own type.)
+/// path, which computes it whole as DataFusion does; where only the
+/// encoding of strings differs, cast to the declared one. (An aggregate's
+/// argument needs no such check: it is cast to the aggregate's own type;
+/// but one kept per value is a key.)
 pub(crate) fn physical_as_declared(
     ctx: &SessionContext,
     e: &datafusion::logical_expr::Expr,
@@ -332,12 +334,25 @@ pub(crate) fn physical_as_declared(
     let declared = datafusion::logical_expr::ExprSchemable::get_type(e, schema)?;
     let p = physical(ctx, e, schema)?;
     let computed = p.data_type(schema.as_arrow())?;
+    // another encoding of the same strings (`||` of `Utf8` and `Utf8View`,
+    // typed `Utf8`, computed `Utf8View`): the declared one, by a cast
+    if computed != declared && strings(&computed) && strings(&declared) {
+        return Ok(std::sync::Arc::new(
+            datafusion::physical_expr::expressions::CastExpr::new(p, declared, None),
+        ));
+    }
     if computed != declared {
         return Err(datafusion::error::DataFusionError::Plan(format!(
             "typed {declared} by DataFusion's planner but computed as {computed}"
         )));
     }
     Ok(p)
+}
+
+/// Whether `t` holds strings (in any of Arrow's encodings of them).
+fn strings(t: &arrow::datatypes::DataType) -> bool {
+    use arrow::datatypes::DataType::{LargeUtf8, Utf8, Utf8View};
+    matches!(t, Utf8 | LargeUtf8 | Utf8View)
 }
 
 /// `e` over `schema` as DataFusion's own physical expression (coerced and

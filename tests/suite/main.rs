@@ -18,6 +18,7 @@ mod ddl;
 mod encodings;
 mod expressions;
 mod generated;
+mod generated_text;
 mod hostile_input;
 mod incremental_state;
 mod late_and_idle;
