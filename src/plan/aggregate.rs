@@ -703,19 +703,7 @@ pub(super) fn compile(
     ctx: &SessionContext,
 ) -> Result<(AggregatePlan, CompiledAggregate), FallbackReason> {
     let input: &DFSchema = s.aggregate.input.schema();
-    // one output column per group key and aggregate: a key given twice
-    // (`GROUP BY s, 1`, the ordinal naming `s` again) is one column of
-    // DataFusion's aggregate, so its columns are not by position
-    let (groups, aggregates) = (s.aggregate.group_expr.len(), s.aggregate.aggr_expr.len());
-    if s.aggregate.schema.fields().len() != groups + aggregates {
-        return Err(FallbackReason::CannotCompile {
-            detail: format!(
-                "the aggregate has {} columns for {groups} group keys and {aggregates} aggregates \
-                 (a group key given twice)",
-                s.aggregate.schema.fields().len()
-            ),
-        });
-    }
+    super::shape::one_column_each(s.aggregate)?;
     let phys = |e: &Expr, schema: &DFSchema| {
         super::physical(ctx, e, schema).map_err(|err| FallbackReason::CannotCompile {
             detail: format!("`{e}`: {err}"),

@@ -332,15 +332,8 @@ pub(crate) fn physical_as_declared(
     schema: &datafusion::common::DFSchema,
 ) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>> {
     let declared = datafusion::logical_expr::ExprSchemable::get_type(e, schema)?;
-    let p = physical(ctx, e, schema)?;
+    let p = strings_as_declared(physical(ctx, e, schema)?, &declared, schema)?;
     let computed = p.data_type(schema.as_arrow())?;
-    // another encoding of the same strings (`||` of `Utf8` and `Utf8View`,
-    // typed `Utf8`, computed `Utf8View`): the declared one, by a cast
-    if computed != declared && strings(&computed) && strings(&declared) {
-        return Ok(std::sync::Arc::new(
-            datafusion::physical_expr::expressions::CastExpr::new(p, declared, None),
-        ));
-    }
     if computed != declared {
         return Err(datafusion::error::DataFusionError::Plan(format!(
             "typed {declared} by DataFusion's planner but computed as {computed}"
@@ -365,7 +358,26 @@ pub(crate) fn physical_as_datafusion(
     e: &datafusion::logical_expr::Expr,
     schema: &datafusion::common::DFSchema,
 ) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>> {
-    ctx.create_physical_expr(simplified(ctx, e, schema)?, schema)
+    let declared = datafusion::logical_expr::ExprSchemable::get_type(e, schema)?;
+    let p = ctx.create_physical_expr(simplified(ctx, e, schema)?, schema)?;
+    strings_as_declared(p, &declared, schema)
+}
+
+/// `p`, computing strings in another encoding than `declared` (`||` of
+/// `Utf8` and `Utf8View`, typed `Utf8`, computed `Utf8View`), cast to the
+/// declared one, which the incremental path's row formats are built for.
+fn strings_as_declared(
+    p: std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+    declared: &arrow::datatypes::DataType,
+    schema: &datafusion::common::DFSchema,
+) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>> {
+    let computed = p.data_type(schema.as_arrow())?;
+    if computed == *declared || !strings(&computed) || !strings(declared) {
+        return Ok(p);
+    }
+    Ok(std::sync::Arc::new(
+        datafusion::physical_expr::expressions::CastExpr::new(p, declared.clone(), None),
+    ))
 }
 
 /// `e` coerced and simplified as DataFusion's optimizer leaves it.

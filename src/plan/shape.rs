@@ -156,6 +156,7 @@ pub(crate) fn shape(plan: &LogicalPlan) -> Result<Shape<'_>, FallbackReason> {
         }
         other => return Err(FallbackReason::Uses(construct(other))),
     };
+    one_column_each(aggregate)?;
     let mut filters = Vec::new();
     let mut q = aggregate.input.as_ref();
     loop {
@@ -188,5 +189,23 @@ pub(crate) fn shape(plan: &LogicalPlan) -> Result<Shape<'_>, FallbackReason> {
         having,
         aggregate,
         filters,
+    })
+}
+
+/// That `a` has one output column per group key and aggregate, as the
+/// incremental plan reads them by position: a key given twice (`GROUP BY
+/// s, 1`, the ordinal naming `s` again) is one column of DataFusion's
+/// aggregate.
+pub(crate) fn one_column_each(a: &Aggregate) -> Result<(), FallbackReason> {
+    let (groups, aggregates) = (a.group_expr.len(), a.aggr_expr.len());
+    let columns = a.schema.fields().len();
+    if columns == groups + aggregates {
+        return Ok(());
+    }
+    Err(FallbackReason::CannotCompile {
+        detail: format!(
+            "a group key is given twice: {groups} group keys and {aggregates} aggregates \
+             make {columns} columns of the aggregate"
+        ),
     })
 }

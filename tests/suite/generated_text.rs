@@ -230,6 +230,60 @@ proptest! {
     }
 }
 
+/// The first rows of each partition of a window's rows: `ROW_NUMBER()`
+/// (ordered totally: the drawn keys, then every column), `RANK()` or
+/// `DENSE_RANK()` (by the drawn keys alone; ties share a rank), partitioned
+/// by string and integer expressions, under a rank bound and perhaps a
+/// condition on the inner and the outer rows.
+fn ranked_query() -> impl Strategy<Value = String> {
+    let key = prop_oneof![text_expr(), int_expr()];
+    (
+        prop::sample::select(vec!["ROW_NUMBER", "RANK", "DENSE_RANK"]),
+        prop::collection::vec(key.clone(), 0..3),
+        prop::collection::vec((key, prop::bool::ANY), 1..3),
+        1i64..4,
+        prop::option::weighted(0.3, condition()),
+        prop::option::weighted(0.2, condition()),
+    )
+        .prop_map(|(f, partition, order, n, inner, outer)| {
+            let mut by: Vec<String> = order
+                .iter()
+                .map(|(e, desc)| format!("{e}{}", if *desc { " DESC" } else { "" }))
+                .collect();
+            if f == "ROW_NUMBER" {
+                by.extend(["v", "w", "k", "s", "ts"].map(String::from));
+            }
+            let over = match partition.is_empty() {
+                true => format!("ORDER BY {}", by.join(", ")),
+                false => format!(
+                    "PARTITION BY {} ORDER BY {}",
+                    partition.join(", "),
+                    by.join(", ")
+                ),
+            };
+            let inner = inner.map_or(String::new(), |c| format!(" WHERE {c}"));
+            let outer = outer.map_or(String::new(), |c| format!(" AND {c}"));
+            format!(
+                "SELECT k, v, s, r FROM (SELECT k, v, w, s, ts, {f}() OVER ({over}) AS r \
+                 FROM t{inner}) AS b WHERE r <= {n}{outer}"
+            )
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(common::cases(48)))]
+
+    /// A generated top-rows query gives the same rows on the path it takes
+    /// as on the recompute path, or fails on both.
+    #[test]
+    fn a_generated_top_rows_query_agrees_with_the_recompute_path(
+        c in case(),
+        sql in ranked_query(),
+    ) {
+        agree(&c, &sql, run)?;
+    }
+}
+
 /// DataFusion types `s || CASE WHEN … THEN s ELSE CAST(k AS VARCHAR) END` as
 /// `Utf8` and computes it as `Utf8View`: as a value counted once, the
 /// argument of `MIN` and a group key the query does not show, it is
@@ -286,5 +340,42 @@ fn a_group_key_given_twice_is_planned_without_a_panic() {
         assert_eq!(path, PathKind::Recompute, "{sql}");
         assert_eq!(auto, rec, "{sql}");
         assert!(auto.iter().flatten().count() >= 2, "{sql}: {auto:?}");
+    }
+}
+
+/// A window function's `PARTITION BY` and `ORDER BY` are evaluated where
+/// DataFusion's window evaluates them (its arithmetic wrapping, on both
+/// paths), also where they hold a subexpression twice:
+/// `COALESCE(w * w, k)` is simplified to a `CASE` reading `w * w` twice,
+/// which DataFusion's common subexpression elimination moved into a
+/// projection below the window, evaluated there with Þund's checked
+/// arithmetic: the recompute path failed on `w = i64::MIN` where the
+/// incremental path gave the rows.
+#[test]
+fn window_keys_are_evaluated_where_the_window_evaluates_them() {
+    let rows: Vec<Row> = vec![
+        (0, Some(0), Some(i64::MIN), Some("a"), 0),
+        (1, Some(1), Some(3), Some("b"), 10),
+        (2, Some(2), None, Some("a"), 20),
+    ];
+    let c = Triggers {
+        triggers: vec![rows],
+        mode: thund::OutputMode::Append,
+        workers: 1,
+    };
+    for sql in [
+        "SELECT k, v, s, r FROM (SELECT k, v, w, s, ts, ROW_NUMBER() OVER \
+         (ORDER BY COALESCE(w * w, k), v, w, k, s, ts) AS r FROM t) AS b WHERE r <= 2",
+        "SELECT k, v, s, r FROM (SELECT k, v, w, s, ts, ROW_NUMBER() OVER \
+         (PARTITION BY COALESCE(w * w, k) ORDER BY v, w, k, s, ts) AS r FROM t) AS b WHERE r <= 1",
+        // typed Utf8, computed Utf8View (see above)
+        "SELECT k, v, s, r FROM (SELECT k, v, w, s, ts, ROW_NUMBER() OVER (ORDER BY \
+         UPPER(CASE WHEN k > 1 THEN s ELSE CAST(k AS VARCHAR) END) DESC, v, w, k, s, ts) AS r \
+         FROM t) AS b WHERE r <= 2",
+    ] {
+        let (path, auto) = run(&c, sql, ExecMode::Auto).expect(sql);
+        let (_, rec) = run(&c, sql, ExecMode::Recompute).expect(sql);
+        assert_eq!(path, PathKind::Incremental, "{sql}");
+        assert_eq!(auto, rec, "{sql}");
     }
 }

@@ -1,5 +1,6 @@
 //! DataFusion's common subexpression elimination, with an aggregate's
-//! argument evaluated only where the aggregate's `FILTER` holds.
+//! argument evaluated only where the aggregate's `FILTER` holds, and a
+//! window function's keys where the window evaluates them.
 //!
 //! DataFusion 55's `common_sub_expression_eliminate` moves a subexpression
 //! an aggregate node holds more than once into a projection below it, which
@@ -17,11 +18,21 @@
 //! subexpression that is also evaluated on every row elsewhere (a group
 //! key, an argument without `FILTER`, the `FILTER` itself) is still shared:
 //! it is evaluated on every row on both paths anyway.
+//!
+//! A window function's arguments, `PARTITION BY` and `ORDER BY` are marked
+//! the same way: DataFusion's window evaluates them with its own (wrapping)
+//! arithmetic, as the incremental path does (`plan::physical_as_datafusion`),
+//! but a subexpression they hold twice (`COALESCE(w * w, k)`, simplified to
+//! a `CASE` reading `w * w` twice) was moved into a projection below the
+//! window, which Þund's sessions evaluate with checked arithmetic: the
+//! recompute path failed on `w = i64::MIN` where the other gave the rows.
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
+use std::sync::Arc;
+
+use datafusion::logical_expr::{Expr, LogicalPlan, ScalarUDF, Volatility};
 use datafusion::optimizer::common_subexpr_eliminate::CommonSubexprEliminate;
 
 use super::marked::{Marked, Marker};
@@ -49,23 +60,23 @@ fn mark(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     // volatile: the elimination never shares a volatile node
     let udf = Marker::udf(MARKER, Volatility::Volatile, true);
     plan.transform_up_with_subqueries(|p| {
-        if !matches!(p, LogicalPlan::Aggregate(_)) {
+        if !matches!(p, LogicalPlan::Aggregate(_) | LogicalPlan::Window(_)) {
             return Ok(Transformed::no(p));
         }
         let names = NamePreserver::new(&p);
         p.map_expressions(|e| {
             let name = names.save(&e);
             let marked = e.transform_up(|x| match x {
+                Expr::WindowFunction(mut w) => {
+                    let p = &mut w.params;
+                    let keys = (p.args.iter_mut())
+                        .chain(p.partition_by.iter_mut())
+                        .chain(p.order_by.iter_mut().map(|s| &mut s.expr));
+                    let any = wrap_all(&udf, keys);
+                    Ok(Transformed::new_transformed(Expr::WindowFunction(w), any))
+                }
                 Expr::AggregateFunction(mut f) if f.params.filter.is_some() => {
-                    let mut any = false;
-                    for arg in &mut f.params.args {
-                        if matches!(arg, Expr::Column(_) | Expr::Literal(..)) {
-                            continue;
-                        }
-                        any = true;
-                        let inner = std::mem::replace(arg, Expr::Literal(ScalarValue::Null, None));
-                        *arg = Marker::wrap(&udf, inner);
-                    }
+                    let any = wrap_all(&udf, f.params.args.iter_mut());
                     Ok(Transformed::new_transformed(
                         Expr::AggregateFunction(f),
                         any,
@@ -79,4 +90,19 @@ fn mark(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
             }
         })
     })
+}
+
+/// Each of `exprs` (but a column or a literal, which cannot be shared) in
+/// the marker `udf`; whether any was.
+fn wrap_all<'a>(udf: &Arc<ScalarUDF>, exprs: impl Iterator<Item = &'a mut Expr>) -> bool {
+    let mut any = false;
+    for e in exprs {
+        if matches!(e, Expr::Column(_) | Expr::Literal(..)) {
+            continue;
+        }
+        any = true;
+        let inner = std::mem::replace(e, Expr::Literal(ScalarValue::Null, None));
+        *e = Marker::wrap(udf, inner);
+    }
+    any
 }

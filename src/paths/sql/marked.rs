@@ -119,7 +119,7 @@ impl<R: OptimizerRule> OptimizerRule for Marked<R> {
 /// (a rule that marks an aggregate's arguments keeps its name by one).
 fn unmark(plan: LogicalPlan, marker: &str) -> Result<LogicalPlan> {
     plan.transform_up_with_subqueries(|p| {
-        let aggregate = matches!(p, LogicalPlan::Aggregate(_));
+        let aggregate = matches!(p, LogicalPlan::Aggregate(_) | LogicalPlan::Window(_));
         p.map_expressions(|e| {
             let e = e.transform_up(|x| match x {
                 Expr::ScalarFunction(mut f) if f.func.name() == marker && f.args.len() == 1 => {
@@ -134,7 +134,10 @@ fn unmark(plan: LogicalPlan, marker: &str) -> Result<LogicalPlan> {
                     name,
                     ..
                 }) if aggregate
-                    && matches!(*expr, Expr::AggregateFunction(AggregateFunction { .. }))
+                    && matches!(
+                        *expr,
+                        Expr::AggregateFunction(AggregateFunction { .. }) | Expr::WindowFunction(_)
+                    )
                     && expr.schema_name().to_string() == name =>
                 {
                     Ok(Transformed::yes(*expr))
