@@ -379,3 +379,31 @@ fn window_keys_are_evaluated_where_the_window_evaluates_them() {
         assert_eq!(auto, rec, "{sql}");
     }
 }
+
+/// In Update mode a row WHERE refuses still makes its window exist on the
+/// incremental path (a group whose rows WHERE let through are none), but is
+/// in no partition: its `PARTITION BY ABS(v)` is never evaluated, as
+/// recomputing never evaluates it. It was, and `ABS(i64::MIN)` failed the
+/// trigger.
+#[test]
+fn a_row_where_refuses_is_in_no_partition() {
+    let rows: Vec<Row> = vec![
+        (0, Some(i64::MIN), Some(0), Some("a"), 0),
+        (9, Some(1), Some(0), Some("a"), 10),
+    ];
+    for mode in [thund::OutputMode::Update, thund::OutputMode::Append] {
+        let c = Triggers {
+            triggers: vec![rows.clone(), vec![(8, Some(2), None, None, 20)]],
+            mode,
+            workers: 1,
+        };
+        let sql = "SELECT k, v, s, r FROM (SELECT k, v, w, s, ts, ROW_NUMBER() OVER \
+                   (PARTITION BY ABS(v) ORDER BY s, v, w, k, ts) AS r FROM t WHERE k > 5) AS b \
+                   WHERE r <= 1";
+        let (path, auto) = run(&c, sql, ExecMode::Auto).expect(sql);
+        let (_, rec) = run(&c, sql, ExecMode::Recompute).expect(sql);
+        assert_eq!(path, PathKind::Incremental, "{sql}");
+        assert_eq!(auto, rec, "{sql}");
+        assert!(!auto.concat().is_empty(), "{auto:?}");
+    }
+}

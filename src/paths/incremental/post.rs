@@ -812,6 +812,19 @@ impl IncrementalView {
         wp: &mut WindowParts,
         groups: &[G],
     ) -> Result<()> {
+        // a group only rows WHERE refused made exist is in no partition: the
+        // rest never reads it, nor evaluates its partition's keys (`ABS(v)`
+        // of the `i64::MIN` that WHERE refused)
+        let shown: Vec<G>;
+        let groups = match groups.iter().all(|g| self.is_shown(g.states())) {
+            true => groups,
+            false => {
+                shown = (groups.iter().copied())
+                    .filter(|g| self.is_shown(g.states()))
+                    .collect();
+                &shown
+            }
+        };
         let Some(columns) = post.expand.as_ref().filter(|_| !groups.is_empty()) else {
             return Ok(());
         };
