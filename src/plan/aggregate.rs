@@ -703,7 +703,12 @@ pub(super) fn compile(
     ctx: &SessionContext,
 ) -> Result<(AggregatePlan, CompiledAggregate), FallbackReason> {
     let input: &DFSchema = s.aggregate.input.schema();
-    super::shape::one_column_each(s.aggregate)?;
+    // a group key, or a value kept per value: kept by its declared type
+    let declared = |e: &Expr| {
+        super::physical_as_declared(ctx, e, input).map_err(|err| FallbackReason::CannotCompile {
+            detail: format!("`{e}`: {err}"),
+        })
+    };
     let phys = |e: &Expr, schema: &DFSchema| {
         super::physical(ctx, e, schema).map_err(|err| FallbackReason::CannotCompile {
             detail: format!("`{e}`: {err}"),
@@ -722,12 +727,7 @@ pub(super) fn compile(
                 data_type: dt.to_string(),
             });
         }
-        // (a key is kept by its declared type)
-        keys.push(super::physical_as_declared(ctx, g, input).map_err(|err| {
-            FallbackReason::CannotCompile {
-                detail: format!("`{g}`: {err}"),
-            }
-        })?);
+        keys.push(declared(g)?);
         key_desc.push((g.to_string(), dt.to_string()));
     }
     let n_keys = keys.len();
@@ -833,12 +833,6 @@ pub(super) fn compile(
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
-    // a value kept per value is a key: kept by its declared type
-    let declared = |e: &Expr| {
-        super::physical_as_declared(ctx, e, input).map_err(|err| FallbackReason::CannotCompile {
-            detail: format!("`{e}`: {err}"),
-        })
-    };
     let tagged = match value_args.as_slice() {
         [] => None,
         [(arg, dt)] => {

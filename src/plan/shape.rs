@@ -196,7 +196,7 @@ pub(crate) fn shape(plan: &LogicalPlan) -> Result<Shape<'_>, FallbackReason> {
 /// incremental plan reads them by position: a key given twice (`GROUP BY
 /// s, 1`, the ordinal naming `s` again) is one column of DataFusion's
 /// aggregate.
-pub(crate) fn one_column_each(a: &Aggregate) -> Result<(), FallbackReason> {
+fn one_column_each(a: &Aggregate) -> Result<(), FallbackReason> {
     let (groups, aggregates) = (a.group_expr.len(), a.aggr_expr.len());
     let columns = a.schema.fields().len();
     if columns == groups + aggregates {

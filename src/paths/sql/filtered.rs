@@ -27,11 +27,11 @@
 //! window, which Þund's sessions evaluate with checked arithmetic: the
 //! recompute path failed on `w = i64::MIN` where the other gave the rows.
 
+use std::sync::Arc;
+
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use std::sync::Arc;
-
 use datafusion::logical_expr::{Expr, LogicalPlan, ScalarUDF, Volatility};
 use datafusion::optimizer::common_subexpr_eliminate::CommonSubexprEliminate;
 
