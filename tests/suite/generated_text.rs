@@ -284,6 +284,16 @@ proptest! {
     }
 }
 
+/// `sql` over `c` takes `path` and gives the recompute path's rows (which
+/// it returns).
+fn same_rows_on(c: &Triggers<Vec<Row>>, sql: &str, path: PathKind) -> Vec<Vec<String>> {
+    let (took, auto) = run(c, sql, ExecMode::Auto).expect(sql);
+    let (_, rec) = run(c, sql, ExecMode::Recompute).expect(sql);
+    assert_eq!(took, path, "{sql}");
+    assert_eq!(auto, rec, "{sql}");
+    auto
+}
+
 /// DataFusion types `s || CASE WHEN … THEN s ELSE CAST(k AS VARCHAR) END` as
 /// `Utf8` and computes it as `Utf8View`: as a value counted once, the
 /// argument of `MIN` and a group key the query does not show, it is
@@ -308,10 +318,7 @@ fn strings_computed_in_another_encoding_are_kept_as_declared() {
         "SELECT COUNT(*) AS n, MAX(v) AS m FROM t GROUP BY (s || CASE WHEN k > 1 THEN s ELSE CAST(k AS VARCHAR) END)",
         "SELECT k, COUNT(*) AS n FROM t GROUP BY k HAVING MIN(s || CASE WHEN v > 1 THEN s ELSE CAST(v AS VARCHAR) END) > 'a1'",
     ] {
-        let (path, auto) = run(&c, sql, ExecMode::Auto).expect(sql);
-        let (_, rec) = run(&c, sql, ExecMode::Recompute).expect(sql);
-        assert_eq!(path, PathKind::Incremental, "{sql}");
-        assert_eq!(auto, rec, "{sql}");
+        same_rows_on(&c, sql, PathKind::Incremental);
     }
 }
 
@@ -335,10 +342,7 @@ fn a_group_key_given_twice_is_planned_without_a_panic() {
         "SELECT s AS g, 1 AS h, COUNT(*) AS n FROM t GROUP BY s, 1",
         "SELECT s AS g, MIN(k) AS m FROM t GROUP BY s, 1 ORDER BY m, g LIMIT 1",
     ] {
-        let (path, auto) = run(&c, sql, ExecMode::Auto).expect(sql);
-        let (_, rec) = run(&c, sql, ExecMode::Recompute).expect(sql);
-        assert_eq!(path, PathKind::Recompute, "{sql}");
-        assert_eq!(auto, rec, "{sql}");
+        let auto = same_rows_on(&c, sql, PathKind::Recompute);
         assert!(auto.iter().flatten().count() >= 2, "{sql}: {auto:?}");
     }
 }
@@ -373,10 +377,7 @@ fn window_keys_are_evaluated_where_the_window_evaluates_them() {
          UPPER(CASE WHEN k > 1 THEN s ELSE CAST(k AS VARCHAR) END) DESC, v, w, k, s, ts) AS r \
          FROM t) AS b WHERE r <= 2",
     ] {
-        let (path, auto) = run(&c, sql, ExecMode::Auto).expect(sql);
-        let (_, rec) = run(&c, sql, ExecMode::Recompute).expect(sql);
-        assert_eq!(path, PathKind::Incremental, "{sql}");
-        assert_eq!(auto, rec, "{sql}");
+        same_rows_on(&c, sql, PathKind::Incremental);
     }
 }
 
@@ -400,10 +401,7 @@ fn a_row_where_refuses_is_in_no_partition() {
         let sql = "SELECT k, v, s, r FROM (SELECT k, v, w, s, ts, ROW_NUMBER() OVER \
                    (PARTITION BY ABS(v) ORDER BY s, v, w, k, ts) AS r FROM t WHERE k > 5) AS b \
                    WHERE r <= 1";
-        let (path, auto) = run(&c, sql, ExecMode::Auto).expect(sql);
-        let (_, rec) = run(&c, sql, ExecMode::Recompute).expect(sql);
-        assert_eq!(path, PathKind::Incremental, "{sql}");
-        assert_eq!(auto, rec, "{sql}");
+        let auto = same_rows_on(&c, sql, PathKind::Incremental);
         assert!(!auto.concat().is_empty(), "{auto:?}");
     }
 }
